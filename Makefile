@@ -1,0 +1,14 @@
+PY ?= python3
+.PHONY: setup demo test bench gpu-check
+setup:
+	bash scripts/setup.sh
+# the main job on the embedded defaults
+demo: setup
+	bash scripts/demo.sh
+test: setup
+	$(PY) -m pytest -q
+bench: setup
+	bash scripts/bench.sh
+# the CUDA path on a lent GPU: evidence goes to docs/validation/
+gpu-check:
+	bash scripts/gpu_check.sh

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# One-step set-up on a fresh machine.  Never replaces an installed torch: vendor stacks
+# (torch_npu, torch_mlu, ROCm, MetaX, ...) ship their own build.  Only when no torch is
+# importable does it install the CPU build named by HAL_TORCH_SPEC (default torch==2.13.0).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+if "$PY" -c "import torch" 2>/dev/null; then
+  echo "hal setup: keeping the installed torch $("$PY" -c 'import torch; print(torch.__version__)')"
+else
+  spec=${HAL_TORCH_SPEC:-torch==2.13.0}
+  echo "hal setup: no importable torch; installing the CPU build ($spec)"
+  "$PY" -m pip install -q "$spec"
+fi
+"$PY" -m pip install -q -e ".[test]"
+"$PY" -c "import hal; print('hal setup: hal', hal.__version__, 'installed; native host kernels:', 'yes' if hal.native_available() else 'no')"
