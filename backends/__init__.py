@@ -1,0 +1,1 @@
+"""Built-in hal backend plugins (installed as ``hal_backends``), one module per vendor."""

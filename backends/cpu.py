@@ -1,0 +1,75 @@
+"""The host CPU: always present; chosen only when no accelerator is, with a stated reason."""
+import contextlib
+
+import torch
+
+from hal._errors import NotSupported
+from hal.backend import Backend
+from hal.plugin_kit import VendorPlugin
+from hal.spec import ProbeResult, Status, builtin_spec
+
+
+class CPUBackend(Backend):
+    def device(self, index=None):
+        return torch.device("cpu")
+
+    def device_count(self):
+        return 1
+
+    def current_device(self):
+        return 0
+
+    def set_device(self, index):
+        if int(index) != 0:
+            raise ValueError(f"cpu: device index {index} out of range; the cpu backend has one device (0)")
+
+    def device_name(self, index=None):
+        import platform
+        return platform.processor() or platform.machine()
+
+    def _mem(self, attr, index):
+        raise NotSupported("cpu", attr, "host memory has no device allocator; use psutil or /proc for RSS")
+
+    def empty_cache(self):
+        raise NotSupported("cpu", "empty_cache", "host memory has no device cache")
+
+    def pin_memory(self, tensor):
+        """No device to transfer to: the host tensor is returned as it is."""
+        return tensor
+
+    def manual_seed(self, seed):
+        torch.manual_seed(int(seed))
+
+    manual_seed_all = manual_seed
+
+    def initial_seed(self):
+        return int(torch.initial_seed())
+
+    def get_rng_state(self, index=None):
+        return torch.get_rng_state()
+
+    def set_rng_state(self, state, index=None):
+        torch.set_rng_state(state)
+
+    def get_rng_state_all(self):
+        return [torch.get_rng_state()]
+
+    def set_rng_state_all(self, states):
+        torch.set_rng_state(states[0])
+
+    @contextlib.contextmanager
+    def fork_rng(self, enabled=True):
+        with torch.random.fork_rng(devices=[], enabled=enabled):
+            yield
+
+    def runtime_version(self):
+        return f"ATen CPU ({torch.backends.cpu.get_cpu_capability()})"
+
+
+class CPUPlugin(VendorPlugin):
+    def probe(self, context):
+        return ProbeResult(Status.AVAILABLE, "the host CPU is always present", ("torch CPU kernels",))
+
+
+_plugin = CPUPlugin(builtin_spec("cpu"), CPUBackend)
+hal_backend_specs, hal_backend_probe, hal_backend_load, hal_op_support = _plugin.hooks()

@@ -1,0 +1,26 @@
+"""Stacks whose torch build presents itself as ``cuda``: AMD ROCm, Hygon DCU, MetaX,
+Iluvatar CoreX, Kunlunxin.  Told apart from NVIDIA by hal.cuda_family's evidence."""
+from hal.plugin import hookimpl
+from hal.spec import builtin_spec
+
+from hal_backends.cuda import CUDABackend, CUDAFamilyPlugin
+
+_plugins = {n: CUDAFamilyPlugin(builtin_spec(n), CUDABackend)
+            for n in ("rocm", "hygon", "metax", "iluvatar", "kunlunxin")}
+
+
+@hookimpl
+def hal_backend_specs():
+    return [p.spec for p in _plugins.values()]
+
+
+@hookimpl
+def hal_backend_probe(spec, context):
+    p = _plugins.get(spec.name)
+    return p.probe(context) if p else None
+
+
+@hookimpl
+def hal_backend_load(spec):
+    p = _plugins.get(spec.name)
+    return p.load() if p else None

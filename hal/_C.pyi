@@ -1,0 +1,6 @@
+import numpy as np
+
+__version__: str
+
+def openmp_threads() -> int: ...
+def rms_norm_f32(x: np.ndarray, weight: np.ndarray, eps: float = 1e-6) -> np.ndarray: ...

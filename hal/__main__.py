@@ -1,0 +1,5 @@
+import sys
+
+from hal.cli import main
+
+sys.exit(main())

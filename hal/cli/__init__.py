@@ -1,0 +1,64 @@
+"""The ``hal`` command.  One library call behind each subcommand; every one has ``--json``.
+
+Subcommands are modules of this package named in :data:`COMMANDS`; each defines
+``add_parser(subparsers)`` and ``run(args) -> int``.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from hal._errors import HalError
+
+#: subcommand name -> module under hal.cli
+COMMANDS = {
+    "list": "list_backends",
+    "info": "info",
+}
+
+EPILOG = """\
+examples:
+  hal list                     every backend, its status and why
+  hal list --json              the same as JSON (schema hal.list/1)
+  hal info                     the selected backend in detail
+  HAL_BACKEND=cpu hal info     force a backend by name or device type
+
+environment:
+  HAL_BACKEND                  force a backend (name such as ascend, or device type such as npu)
+  HAL_BLOCK_PLUGINS=a,b        block plugins or backends by name
+  HAL_PLUGINS=mod1,mod2        load extra plugin modules by import name
+  HAL_DISABLE_PLUGIN_AUTOLOAD=1  ignore entry points of group hal.backends
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="hal", description="One PyTorch script across CUDA and domestic accelerators.",
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    from hal import __version__
+    p.add_argument("--version", action="version", version=f"hal {__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    for name, mod in COMMANDS.items():
+        importlib.import_module(f"hal.cli.{mod}").add_parser(sub)
+    return p
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "run", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.run(args) or 0)
+    except HalError as exc:
+        print(f"hal {args.command}: error: {exc}", file=sys.stderr)
+        return 3
+    except KeyboardInterrupt:
+        print(f"hal {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

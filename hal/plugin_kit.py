@@ -1,0 +1,55 @@
+"""Building blocks for backend plugins whose facts fit the standard shape.
+
+A typical vendor module is three lines::
+
+    from hal.plugin_kit import VendorPlugin
+    from hal.spec import builtin_spec
+    _plugin = VendorPlugin(builtin_spec("ascend"))
+    hal_backend_specs, hal_backend_probe, hal_backend_load, hal_op_support = _plugin.hooks()
+
+Override :meth:`VendorPlugin.probe` or pass ``backend_cls`` for what differs.
+"""
+from __future__ import annotations
+
+from typing import Optional, Type
+
+from hal.backend import Backend, load_device_backend
+from hal.plugin import hookimpl
+from hal.probe import ProbeContext, probe_module_and_nodes
+from hal.spec import BackendSpec, ProbeResult
+
+
+class VendorPlugin:
+    """Hooks for one backend spec: standard probe, standard load."""
+
+    def __init__(self, spec: BackendSpec, backend_cls: Type[Backend] = Backend,
+                 op_profile: Optional[dict] = None):
+        self.spec = spec
+        self.backend_cls = backend_cls
+        self.op_profile = op_profile
+
+    def probe(self, context: ProbeContext) -> ProbeResult:
+        return probe_module_and_nodes(self.spec, context)
+
+    def load(self) -> Backend:
+        return load_device_backend(self.spec, self.backend_cls)
+
+    @hookimpl
+    def hal_backend_specs(self):
+        return [self.spec]
+
+    @hookimpl
+    def hal_backend_probe(self, spec, context):
+        return self.probe(context) if spec.name == self.spec.name else None
+
+    @hookimpl
+    def hal_backend_load(self, spec):
+        return self.load() if spec.name == self.spec.name else None
+
+    @hookimpl
+    def hal_op_support(self, spec):
+        return self.op_profile if spec.name == self.spec.name else None
+
+    def hooks(self):
+        """The bound hook functions, for assignment at a plugin module's top level."""
+        return self.hal_backend_specs, self.hal_backend_probe, self.hal_backend_load, self.hal_op_support
