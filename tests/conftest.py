@@ -1,0 +1,44 @@
+"""Shared fixtures.
+
+``hal_backend`` is parametrised over every backend usable on this machine (the CPU here;
+cuda, npu, ... where present), so backend tests run unchanged on real hardware.
+"""
+import os
+
+import pytest
+
+import hal
+from hal.registry import Registry
+from hal.spec import Status
+
+
+def usable_backend_names():
+    reg = Registry()
+    names = []
+    for c in reg.candidates():
+        if c.status is Status.AVAILABLE and reg.load(c) is not None:
+            names.append(c.name)
+    return names
+
+
+USABLE = usable_backend_names()
+
+
+@pytest.fixture(params=USABLE, ids=lambda n: f"backend={n}")
+def hal_backend(request, monkeypatch):
+    """The named backend, selected through HAL_BACKEND for the duration of the test."""
+    monkeypatch.setenv("HAL_BACKEND", request.param)
+    hal.reset_registry()
+    yield hal.backend()
+    hal.reset_registry()
+
+
+@pytest.fixture
+def clean_registry(monkeypatch):
+    """A registry built from a controlled environment (no HAL_* variables leak in)."""
+    for k in list(os.environ):
+        if k.startswith("HAL_"):
+            monkeypatch.delenv(k, raising=False)
+    hal.reset_registry()
+    yield
+    hal.reset_registry()
