@@ -28,3 +28,13 @@ def native_available() -> bool:
     except ImportError:
         return False
     return True
+
+
+def fallback_report():
+    """Ops that ran outside the emulated device's native op set: ``op``, ``route``, ``count``.
+
+    Empty until the emulator (``HAL_BACKEND=emu``) has run an op it lacks; see
+    :func:`hal.emu.fallback_report`.
+    """
+    from hal.emu import fallback_report as _report
+    return _report()

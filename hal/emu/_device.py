@@ -1,0 +1,85 @@
+"""Registering the emulated accelerator with PyTorch (PrivateUse1, renamed ``emu``)."""
+from __future__ import annotations
+
+import sys
+import threading
+
+import torch
+
+from hal._errors import HalError
+from hal.emu._tensor import DEVICE_TYPE
+
+_lock = threading.Lock()
+_libs = []
+_installed = False
+
+
+class _Hooks(torch._C._acc.PrivateUse1Hooks):
+    def is_available(self) -> bool:
+        return True
+
+    def has_primary_context(self, dev_id) -> bool:
+        return True
+
+    def is_built(self) -> bool:
+        return True
+
+
+class _Guard(torch._C._acc.DeviceGuard):
+    def type_(self):
+        return torch._C._autograd.DeviceType.PrivateUse1
+
+
+def privateuse1_owner() -> str:
+    """The name PrivateUse1 carries in this process (``privateuseone`` when unclaimed)."""
+    return torch._C._get_privateuse1_backend_name()
+
+
+def is_installed() -> bool:
+    """True once the ``emu`` device exists in this process."""
+    return _installed
+
+
+def install() -> None:
+    """Create the ``emu`` device in this process (idempotent).
+
+    Renames PrivateUse1 to ``emu``, registers ``torch.emu`` (the device module), the
+    PrivateUse1 hooks and device guard, generates ``Tensor.emu()`` / ``Module.emu()``,
+    and registers the native kernels, the factory fallback and autocast.  Raises
+    :class:`hal.HalError` when PrivateUse1 already belongs to another backend.
+    """
+    global _installed
+    with _lock:
+        if _installed:
+            return
+        owner = privateuse1_owner()
+        if owner not in ("privateuseone", DEVICE_TYPE):
+            raise HalError(f"emu: torch's PrivateUse1 device type already belongs to {owner!r} "
+                           f"in this process; the emulator needs it. Run the emulator in a process "
+                           f"that does not import that vendor module, or unset HAL_BACKEND=emu")
+        from hal.emu import _autocast, _module
+        from hal.emu._dispatch import route
+
+        if owner != DEVICE_TYPE:
+            torch.utils.rename_privateuse1_backend(DEVICE_TYPE)
+        if not hasattr(torch.Tensor, DEVICE_TYPE):
+            torch.utils.generate_methods_for_privateuse1_backend(for_storage=False)
+        torch._register_device_module(DEVICE_TYPE, _module)
+        sys.modules.setdefault(f"torch.{DEVICE_TYPE}", _module)
+        torch._C._acc.register_python_privateuseone_hook(_Hooks())
+        torch._C._acc.register_python_privateuseone_device_guard(_Guard())
+
+        aten = torch.library.Library("aten", "IMPL")
+        for name in ("empty.memory_format", "empty_strided"):
+            packet, _, overload = name.partition(".")
+            op = getattr(getattr(torch.ops.aten, packet), overload or "default")
+            aten.impl(name, lambda *a, _op=op, **k: route(_op, a, k), "PrivateUse1")
+        _autocast.register(aten)
+        fallback = torch.library.Library("_", "IMPL")
+        # factory calls without a tensor argument land here; tensor calls go through
+        # EmuTensor.__torch_dispatch__, which routes the same way
+        fallback.fallback(lambda op, *a, **k: route(op, a, k), "PrivateUse1")
+        # ops outside the autocast lists pass through AutocastPrivateUse1 unchanged
+        fallback.fallback(torch.library.fallthrough_kernel, "AutocastPrivateUse1")
+        _libs.extend([aten, fallback])
+        _installed = True
