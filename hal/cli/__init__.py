@@ -15,6 +15,8 @@ from hal._errors import HalError
 COMMANDS = {
     "list": "list_backends",
     "info": "info",
+    "run": "run",
+    "probe": "probe",
 }
 
 EPILOG = """\
@@ -23,6 +25,8 @@ examples:
   hal list --json              the same as JSON (schema hal.list/1)
   hal info                     the selected backend in detail
   HAL_BACKEND=cpu hal info     force a backend by name or device type
+  HAL_BACKEND=emu hal run train.py   a CUDA-written script on the emulated accelerator
+  hal conformance --backend emu      the backend contract as a publishable report
 
 environment:
   HAL_BACKEND                  force a backend (name such as ascend, or device type such as npu)
