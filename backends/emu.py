@@ -6,6 +6,7 @@ out-of-tree c10d backend, as vendor CCLs are.
 """
 from hal import __version__
 from hal.backend import Backend
+from hal.plugin import hookimpl
 from hal.plugin_kit import VendorPlugin
 from hal.spec import ProbeResult, Status, builtin_spec
 
@@ -39,3 +40,13 @@ class EmuPlugin(VendorPlugin):
 
 _plugin = EmuPlugin(builtin_spec("emu"), EmuBackend)
 hal_backend_specs, hal_backend_probe, hal_backend_load, hal_op_support = _plugin.hooks()
+
+
+@hookimpl
+def hal_torch_op_profile(spec):
+    """The profile ``HAL_BACKEND=emu hal probe --out hal/data/emu_op_profile.json`` wrote."""
+    if spec.name != _plugin.spec.name:
+        return None
+    import json
+    from importlib import resources
+    return json.loads(resources.files("hal").joinpath("data/emu_op_profile.json").read_text(encoding="utf-8"))

@@ -56,3 +56,15 @@ def hal_op_support(spec):
     :param spec: a :class:`hal.spec.BackendSpec` this plugin declared.
     :return: a profile dict in op_coverage's profile-file format, or None.
     """
+
+
+@hookspec
+def hal_torch_op_profile(spec):
+    """Ship the observed torch-op support profile of ``spec``'s device.
+
+    The file ``hal probe --out PATH`` writes on the device (schema ``hal.op_profile/1``);
+    ``hal conformance`` re-probes and reports every op whose status no longer matches.
+
+    :param spec: a :class:`hal.spec.BackendSpec` this plugin declared.
+    :return: the profile dict, or None.
+    """

@@ -17,6 +17,7 @@ COMMANDS = {
     "info": "info",
     "run": "run",
     "probe": "probe",
+    "conformance": "conformance",
 }
 
 EPILOG = """\
