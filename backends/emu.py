@@ -5,6 +5,7 @@ load that registers the device with PyTorch, and the collective registered as an
 out-of-tree c10d backend, as vendor CCLs are.
 """
 from hal import __version__
+from hal._errors import NotSupported
 from hal.backend import Backend
 from hal.plugin import hookimpl
 from hal.plugin_kit import VendorPlugin
@@ -17,6 +18,10 @@ OPT_IN = ("emu",)
 class EmuBackend(Backend):
     def runtime_version(self):
         return f"hal-emu {__version__}"
+
+    def pin_memory(self, tensor):
+        raise NotSupported(self.name, "pin_memory", "emulated device memory is host memory; "
+                           "use the host tensor as it is")
 
 
 class EmuPlugin(VendorPlugin):
