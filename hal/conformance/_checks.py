@@ -245,6 +245,10 @@ def check_collectives(ctx: Context) -> str:
     import torch.distributed as dist
     if not dist.is_available():
         raise Skip("this torch build has no torch.distributed")
+    b = ctx.backend
+    if b.device_type not in ("cpu", "emu") and b.device_count() < 2:
+        raise Skip(f"2 ranks of {ctx.spec.dist_backend} need 2 devices; this machine shows "
+                   f"{b.device_count()} (run the kit on a machine with 2 or more)")
     env = {**ctx.env, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()), "WORLD_SIZE": "2"}
     outs = [os.path.join(ctx.tmpdir, f"rank{r}.json") for r in range(2)]
     procs = [subprocess.Popen([sys.executable, "-m", "hal.conformance._collective_worker", outs[r]],

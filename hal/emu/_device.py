@@ -83,3 +83,18 @@ def install() -> None:
         fallback.fallback(torch.library.fallthrough_kernel, "AutocastPrivateUse1")
         _libs.extend([aten, fallback])
         _installed = True
+    _check_autograd()
+
+
+def _check_autograd() -> None:
+    """torch's autograd engine sizes its per-device queues once, at the first backward pass
+    of the process; a device registered after that cannot run backward.  Say so plainly."""
+    t = torch.ones(1, device=DEVICE_TYPE, requires_grad=True)
+    try:
+        (t * 2).sum().backward()
+    except RuntimeError as exc:
+        if "device_ready_queues_" not in str(exc):
+            raise
+        raise HalError("emu: a backward pass already ran in this process before the emulator was "
+                       "registered, and torch's autograd engine cannot add a device afterwards; select "
+                       "the emulator first (HAL_BACKEND=emu, or hal.emu.install() at the start)") from None

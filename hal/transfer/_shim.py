@@ -95,11 +95,18 @@ class _DeviceMode(TorchFunctionMode):
         self.t = transfer
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = dict(kwargs or {})
-        if "device" in kwargs:
+        # runs for every torch call inside the block: keep the common path lean
+        if kwargs and "device" in kwargs and _is_cuda(kwargs["device"]):
+            kwargs = dict(kwargs)
             kwargs["device"] = self.t.map_device(kwargs["device"])
-        args = tuple(self.t.map_device(a) if _is_cuda(a) else a for a in args)
-        return func(*args, **kwargs)
+        for i, a in enumerate(args):
+            if a.__class__ in _DEVICE_LIKE and _is_cuda(a):
+                args = tuple(self.t.map_device(x) if x.__class__ in _DEVICE_LIKE else x for x in args)
+                break
+        return func(*args, **(kwargs or {}))
+
+
+_DEVICE_LIKE = (str, torch.device)
 
 
 def _patch_tensor_and_module(t: Transfer) -> None:
