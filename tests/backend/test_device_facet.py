@@ -97,7 +97,7 @@ def test_pin_memory_keeps_values(hal_backend):
         pytest.skip(str(exc))
     assert torch.equal(p, t)
     if hal_backend.device_type != "cpu":
-        assert p.is_pinned(hal_backend.device_type)
+        assert p.is_pinned()
 
 
 def test_versions(hal_backend):
