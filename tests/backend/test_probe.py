@@ -44,3 +44,24 @@ def test_a_wrong_result_is_reported_as_failing(hal_backend, monkeypatch):
     prof = probe_ops(hal_backend, ["add"])
     assert prof["ops"]["add"]["status"] == "failing"
     assert "differs from the CPU" in prof["ops"]["add"]["detail"]
+
+
+def test_a_vendor_fallback_warning_marks_the_op_as_fallback(hal_backend, monkeypatch):
+    import warnings
+
+    import hal.opprobe as op
+    make, fn = op.CASES["exp"]
+
+    calls = []
+
+    def exp_with_vendor_warning(a):
+        calls.append(1)
+        if len(calls) == 2:  # the device run (the CPU reference runs first)
+            warnings.warn("The operator 'aten::exp' is not currently supported on this backend "
+                          "and will fall back to run on the CPU.", UserWarning)
+        return fn(a)
+
+    monkeypatch.setitem(op.CASES, "exp", (make, exp_with_vendor_warning))
+    prof = probe_ops(hal_backend, ["exp"])
+    assert prof["ops"]["exp"]["status"] == "fallback"
+    assert "fall back to run on the CPU" in prof["ops"]["exp"]["detail"]

@@ -26,7 +26,8 @@ def _hal_run(tmp_path, backend, *extra):
 def runs(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("halrun")
     return {"cpu": _hal_run(tmp, "cpu"), "emu": _hal_run(tmp, "emu"),
-            "emu-ddp": _hal_run(tmp, "emu", "--nproc-per-node=2")}
+            "emu-ddp": _hal_run(tmp, "emu", "--nproc-per-node=2"),
+            "cpu-ddp": _hal_run(tmp, "cpu", "--nproc-per-node=2")}
 
 
 def test_losses_on_the_emulator_match_the_cpu(runs):
@@ -38,8 +39,9 @@ def test_losses_on_the_emulator_match_the_cpu(runs):
     assert cpu[-1] < cpu[0]
 
 
-def test_ddp_at_two_ranks_matches_the_single_process_run(runs):
-    ddp, single = runs["emu-ddp"][0], runs["cpu"][0]
+@pytest.mark.parametrize("run", ["emu-ddp", "cpu-ddp"])
+def test_ddp_at_two_ranks_matches_the_single_process_run(runs, run):
+    ddp, single = runs[run][0], runs["cpu"][0]
     assert ddp["world_size"] == 2
     for a, b in zip(ddp["losses"], single["losses"]):
         assert abs(a - b) <= 2e-3 * abs(a)
@@ -54,9 +56,11 @@ def test_report_names_the_redirections_and_the_ops_that_fell_back(runs):
     assert report["backend"] == "emu" and report["exit_code"] == 0
 
 
-def test_ddp_report_shows_nccl_redirected_to_emuccl(runs):
-    report = runs["emu-ddp"][1]
-    row = next(r for r in report["redirected"] if r["call"].startswith("process group backend"))
+def test_ddp_report_shows_nccl_redirected_to_the_backends_collective(runs):
+    row = next(r for r in runs["emu-ddp"][1]["redirected"] if r["call"].startswith("process group backend"))
     assert "emuccl" in row["detail"]
+    row = next(r for r in runs["cpu-ddp"][1]["redirected"] if r["call"].startswith("process group backend"))
+    assert row["detail"] == "'gloo'"
+    report = runs["emu-ddp"][1]
     assert any(r["call"].startswith("DistributedDataParallel") or r["call"] == "torch.cuda.set_device"
                for r in report["redirected"])
