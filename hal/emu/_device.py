@@ -70,10 +70,7 @@ def install() -> None:
         torch._C._acc.register_python_privateuseone_device_guard(_Guard())
 
         aten = torch.library.Library("aten", "IMPL")
-        for name in ("empty.memory_format", "empty_strided"):
-            packet, _, overload = name.partition(".")
-            op = getattr(getattr(torch.ops.aten, packet), overload or "default")
-            aten.impl(name, lambda *a, _op=op, **k: route(_op, a, k), "PrivateUse1")
+        _register_privateuse1_kernels(aten, route)
         _autocast.register(aten)
         fallback = torch.library.Library("_", "IMPL")
         # factory calls without a tensor argument land here; tensor calls go through
@@ -84,6 +81,37 @@ def install() -> None:
         _libs.extend([aten, fallback])
         _installed = True
     _check_autograd()
+
+
+def _kernel(name: str, route):
+    packet, _, overload = name.partition(".")
+    op = []
+
+    def kernel(*args, **kwargs):
+        if not op:
+            op.append(getattr(getattr(torch.ops.aten, packet), overload or "default"))
+        return route(op[0], args, kwargs)
+    return kernel
+
+
+def _register_privateuse1_kernels(lib, route) -> None:
+    """Register a ``PrivateUse1`` kernel for every aten op that has none (no composite
+    either), each routing like ``EmuTensor.__torch_dispatch__`` does.  Calls normally reach
+    the router through the Python dispatch key; these kernels serve the paths that exclude
+    that key (``torch.tensor(..., device="emu")``, ``torch.as_tensor``)."""
+    from hal.emu import _dispatch
+
+    for qualified in torch._C._dispatch_get_all_op_names():
+        if not qualified.startswith("aten::"):
+            continue
+        if torch._C._dispatch_has_computed_kernel_for_dispatch_key(qualified, "PrivateUse1"):
+            continue
+        name = qualified[len("aten::"):]
+        try:
+            lib.impl(name, _kernel(name, route), "PrivateUse1")
+        except RuntimeError:  # an op torch does not let Python register (rare); routed anyway
+            continue
+        _dispatch.OWN_KERNELS.add(qualified)
 
 
 def _check_autograd() -> None:

@@ -60,6 +60,8 @@ class _Counts:
 
 
 COUNTS = _Counts()
+#: ops whose PrivateUse1 kernel is this router itself (see hal.emu._device)
+OWN_KERNELS = set()
 _decomp_broken = set()
 _tls = threading.local()
 
@@ -100,9 +102,12 @@ def route(func, args, kwargs):
     packet = func._schema.name
     if packet in _METADATA_MUTATING:
         return _metadata_mutation(func, name, args, kwargs)
+    special = _COPIES.get(packet)
+    if special is not None:
+        return special(*args, **kwargs)
     if is_native(packet):
         return host_call(func, args, kwargs)
-    if torch._C._dispatch_has_kernel_for_dispatch_key(name, "PrivateUse1"):
+    if name not in OWN_KERNELS and torch._C._dispatch_has_kernel_for_dispatch_key(name, "PrivateUse1"):
         with torch._C._DisableTorchDispatch():
             return func(*args, **kwargs)
     active = getattr(_tls, "active", None)
@@ -126,6 +131,22 @@ def route(func, args, kwargs):
             active.discard(name)
     COUNTS.record(name, "host")
     return host_call(func, args, kwargs)
+
+
+def _copy_from(self, dst, non_blocking=False):
+    unwrap(dst).copy_(unwrap(self))
+    return dst
+
+
+def _copy_from_and_resize(self, dst):
+    if tuple(self.shape) != tuple(dst.shape):
+        raise RuntimeError(f"emu: cannot resize the {tuple(dst.shape)} destination of a copy to "
+                           f"{tuple(self.shape)}; allocate the destination with the right shape")
+    return _copy_from(self, dst)
+
+
+#: the cross-device copy ops torch calls when one side is not a CPU tensor
+_COPIES = {"aten::_copy_from": _copy_from, "aten::_copy_from_and_resize": _copy_from_and_resize}
 
 
 def is_native(packet: str) -> bool:

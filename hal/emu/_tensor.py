@@ -91,9 +91,7 @@ class EmuTensor(torch.Tensor):
         return route(func, args, kwargs or {})
 
     def __repr__(self, *, tensor_contents=None):
-        return f"{self._host!r}".replace(")", f", device='{DEVICE_TYPE}:0')", 1) \
-            if self._host.dim() == 0 else \
-            repr(self._host)[:-1] + f", device='{DEVICE_TYPE}:0')"
+        return f"{repr(self._host)[:-1]}, device='{DEVICE_TYPE}:0')"
 
     def __reduce_ex__(self, proto):
         """Saved as a plain host tensor, so a checkpoint written on ``emu`` loads anywhere

@@ -146,3 +146,14 @@ def test_state_dict_saves_and_loads_through_the_host(tmp_path):
     torch.save(lin.state_dict(), tmp_path / "m.pt")
     loaded = torch.load(tmp_path / "m.pt", map_location="cpu")
     assert torch.equal(loaded["weight"], lin.weight.detach().cpu())
+
+
+def test_tensors_built_from_python_data_land_on_the_device():
+    # torch.tensor / torch.as_tensor bypass Python dispatch: the PrivateUse1 kernels serve them
+    import numpy as np
+    a = torch.tensor([[1.0, 2.0], [3.0, 4.0]], device="emu")
+    b = torch.as_tensor(np.arange(3), device="emu")
+    assert a.device.type == b.device.type == "emu"
+    assert torch.equal(a.cpu(), torch.tensor([[1.0, 2.0], [3.0, 4.0]]))
+    assert torch.equal(b.cpu(), torch.arange(3))
+    assert repr(torch.tensor(3, device="emu")) == "tensor(3, device='emu:0')"
