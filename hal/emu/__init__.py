@@ -10,11 +10,12 @@ a machine without accelerators, and it is the reference a vendor plugin author c
     x = torch.randn(4, 4, device=hal.device())
     hal.fallback_report()               # ops that ran outside the native op set
 """
+from hal import __version__  # the emulator ships with hal
 from hal.emu._device import install, is_installed, privateuse1_owner
 from hal.emu._dispatch import FallbackWarning, fallback_report, reset_fallback_report
 from hal.emu._profile import native_packets, profile
 from hal.emu._tensor import DEVICE_TYPE, EmuTensor
 
-__all__ = ["DEVICE_TYPE", "EmuTensor", "FallbackWarning", "fallback_report", "install",
+__all__ = ["__version__", "DEVICE_TYPE", "EmuTensor", "FallbackWarning", "fallback_report", "install",
            "is_installed", "native_packets", "privateuse1_owner", "profile",
            "reset_fallback_report"]
