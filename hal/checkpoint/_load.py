@@ -112,7 +112,9 @@ def _load_file(path: Path) -> dict:
     if path.suffix == ".safetensors":
         return {"model": _read_tensors(path, None, False)}
     try:
-        obj = torch.load(path, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():  # torch notes the protocol of legacy pickles; the verdict below says more
+            warnings.filterwarnings("ignore", message="Detected pickle protocol")
+            obj = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise CheckpointError(
@@ -195,7 +197,8 @@ def load(path, *, model=None, optimizer=None, scheduler=None, scaler=None, resto
     if verify:
         info = check(path, verify=True)
         if not info.complete:
-            raise CheckpointError(f"{path}: refused: {info.reason}")
+            raise CheckpointError(f"{path}: refused: {info.reason}; pass the parent folder to "
+                                  "resume from the newest complete checkpoint")
     return _load_step(path, model, optimizer, scheduler, scaler, restore_rng, strict, verify=False)
 
 
