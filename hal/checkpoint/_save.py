@@ -107,11 +107,14 @@ def snapshot(step: int, *, model=None, optimizer=None, scheduler=None, scaler=No
 
 
 def _invalidate(step_dir: Path) -> None:
-    """Remove an old manifest first, so a re-save of the same step is never half-trusted."""
+    """Before re-saving a step: drop its manifest first (so it is never half-trusted), then
+    the temp files a killed save left behind."""
     m = step_dir / MANIFEST
     if m.exists():
         m.unlink()
         fsync_dir(step_dir)
+    for tmp in step_dir.glob(".*.tmp"):
+        tmp.unlink()
 
 
 def persist(root, snap: Snapshot, keep_last: Optional[int] = None, group=None) -> Path:
