@@ -69,11 +69,12 @@ class MetricsLogger:
         self.backend_name = backend.name
         self.host = socket.gethostname()
         self.timer = StepTimer(window=window, sync=sync)
-        self.sinks = [JSONLSink(self.path)]
+        self.sinks = []
+        if tensorboard:  # first: the one that can fail on a missing package, before files are opened
+            self.sinks.append(TensorBoardSink(self.folder / "tb" / name))
         if prometheus:
             self.sinks.append(PrometheusSink(self.folder / f"{name}.prom", prometheus_interval_s))
-        if tensorboard:
-            self.sinks.append(TensorBoardSink(self.folder / "tb" / name))
+        self.sinks.insert(0, JSONLSink(self.path))
         self.last: Optional[dict] = None
 
     def start(self) -> None:
