@@ -9,7 +9,7 @@ Baselines measured in the same run, on the same ~200 MB state, in the same folde
   (which also hashes every byte, writes JSON state, a manifest and the ``latest`` pointer);
 * interference: median training-step time while an async write runs vs without.
 
-    python bench/checkpoint_stall.py [--mb 200] [--repeat 3] [--dir /tmp]
+    python bench/bench_checkpoint_stall.py [--mb 200] [--repeat 3] [--dir /tmp]
 """
 import argparse
 import os
@@ -32,37 +32,31 @@ def _fsync_path(path):
         os.close(fd)
 
 
-def timed(fn, repeat):
-    out = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        out.append(time.perf_counter() - t0)
-    return statistics.median(out)
-
-
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--mb", type=int, default=200, help="state size in MiB (float32 weights)")
-    p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--repeat", type=int, default=5)
     p.add_argument("--dir", default=None, help="folder on the disk to measure (default: a temp folder)")
+    p.add_argument("--device", default="cpu", help="where the state lives (cpu, cuda, npu...); "
+                   "the snapshot is then a device-to-host copy")
     args = p.parse_args()
 
     torch.manual_seed(0)
     width = 2048
     layers = max(1, args.mb * 2**20 // (4 * width * width))
-    model = nn.Sequential(*[nn.Linear(width, width, bias=False) for _ in range(layers)])
+    model = nn.Sequential(*[nn.Linear(width, width, bias=False) for _ in range(layers)]).to(args.device)
     nbytes = sum(t.numel() * t.element_size() for t in model.state_dict().values())
     work = tempfile.mkdtemp(prefix="hal-ckpt-bench-", dir=args.dir)
     print(f"state: {layers} x Linear({width},{width}) = {nbytes / 2**20:.0f} MiB float32; folder {work}")
-    print(f"machine: {os.cpu_count()} CPU(s), torch {torch.__version__}, {torch.get_num_threads()} threads")
+    print(f"machine: {os.cpu_count()} CPU(s), torch {torch.__version__}, {torch.get_num_threads()} threads, "
+          f"state on {args.device}")
 
     def torch_save():
         f = os.path.join(work, "torch.pt")
         torch.save(model.state_dict(), f)
         _fsync_path(f)
 
-    raw = b"".join(t.contiguous().view(torch.uint8).reshape(-1).numpy().tobytes()
+    raw = b"".join(t.detach().cpu().contiguous().view(torch.uint8).reshape(-1).numpy().tobytes()
                    for t in model.state_dict().values())
 
     def raw_write():
@@ -78,26 +72,36 @@ def main():
         ckpt.save(os.path.join(work, "sync"), step[0], model=model, keep_last=1, rng=False)
 
     saver = ckpt.Checkpointer(os.path.join(work, "async"), keep_last=1)
-    stalls, commits = [], []
-    for i in range(args.repeat):
-        t0 = time.perf_counter()
-        saver.save(i + 1, model=model)
-        stalls.append(saver.last_stall_s)
-        saver.wait()
-        commits.append(time.perf_counter() - t0)
-    async_stall, async_commit = statistics.median(stalls), statistics.median(commits)
+    times = {"torch": [], "raw": [], "hal": [], "stall": [], "commit": []}
 
-    t_torch = timed(torch_save, args.repeat)
-    t_raw = timed(raw_write, args.repeat)
-    t_hal = timed(hal_sync, args.repeat)
+    def async_save():
+        t0 = time.perf_counter()
+        saver.save(step[0] + 1000, model=model)
+        times["stall"].append(saver.last_stall_s)
+        saver.wait()
+        times["commit"].append(time.perf_counter() - t0)
+
+    # round-robin, each run after os.sync(), so that no method inherits another's dirty pages
+    for _ in range(args.repeat):
+        for key, fn in (("torch", torch_save), ("raw", raw_write), ("hal", hal_sync), ("async", async_save)):
+            os.sync()
+            t0 = time.perf_counter()
+            fn()
+            if key != "async":
+                times[key].append(time.perf_counter() - t0)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    t_torch, t_raw, t_hal = med["torch"], med["raw"], med["hal"]
+    async_stall, async_commit = med["stall"], med["commit"]
 
     # interference: a small training step, alone and while an async write runs
-    x = torch.randn(256, width)
-    probe = nn.Linear(width, width)
+    x = torch.randn(256, width, device=args.device)
+    probe = nn.Linear(width, width).to(args.device)
+    sync = torch.get_device_module(args.device).synchronize if args.device != "cpu" else (lambda: None)
 
     def train_step():
         t0 = time.perf_counter()
         probe(x).sum().backward()
+        sync()
         return time.perf_counter() - t0
 
     for _ in range(5):
