@@ -106,14 +106,17 @@ def restore(saved: dict, step: int, rank: int, backend=None) -> List[str]:
                         f"{saved.get('backend', 'an unknown backend')!r})")
     if problems:
         seed = reseed_value(step, rank)
-        reseeded = "no device generator to reseed (the CPU generator was restored)"
         if here != "cpu":
             backend.manual_seed_all(seed)
-            reseeded = f"{here} generators reseeded with {seed} (derived from step {step}, rank {rank})"
-        warnings.warn(CheckpointWarning(
-            "checkpoint RNG state not applied: " + "; ".join(problems) + f"; {reseeded}. "
-            "Random ops on the device (dropout, augmentation) will not repeat the original run; "
-            "python, numpy and torch CPU generators were restored"), stacklevel=3)
+            outcome = (f"{here} generators reseeded with {seed} (derived from step {step}, rank {rank}); "
+                       "random ops on the device (dropout, augmentation) will not repeat the original run; "
+                       "python, numpy and torch CPU generators were restored")
+        else:
+            outcome = ("random ops now draw from the CPU generator, restored from the checkpoint's 'cpu' "
+                       "state, so they do not repeat the device's stream of the original run; python and "
+                       "numpy generators were restored too")
+        warnings.warn(CheckpointWarning("checkpoint RNG state not applied: " + "; ".join(problems) +
+                                        f". {outcome}"), stacklevel=3)
     return applied
 
 
