@@ -32,3 +32,11 @@ def native_available() -> bool:
     except ImportError:
         return False
     return True
+
+
+def __getattr__(name):
+    # ``hal.checkpoint`` and ``hal.metrics`` after a bare ``import hal``, imported on first use
+    if name in ("checkpoint", "metrics"):
+        import importlib
+        return importlib.import_module(f"hal.{name}")
+    raise AttributeError(f"module 'hal' has no attribute {name!r}")

@@ -10,7 +10,7 @@ from typing import Any, List, Optional, Tuple
 
 import torch.distributed as dist
 
-_GROUPS: dict = {}
+_GROUP: dict = {}
 
 
 def active() -> bool:
@@ -27,10 +27,10 @@ def group():
     """The checkpoint group (created collectively on first use; None when not distributed)."""
     if not active():
         return None
-    key = id(dist.group.WORLD)
-    if key not in _GROUPS:
-        _GROUPS[key] = dist.new_group(backend="gloo")
-    return _GROUPS[key]
+    world = dist.group.WORLD
+    if _GROUP.get("world") is not world:  # first use, or a new process group since
+        _GROUP.update(world=world, group=dist.new_group(backend="gloo"))
+    return _GROUP["group"]
 
 
 def barrier(g) -> None:
