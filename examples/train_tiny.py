@@ -11,6 +11,7 @@ are bitwise those of an uninterrupted run (model, AdamW, LR schedule, data posit
 dropout RNG are all restored).
 """
 import argparse
+import contextlib
 import sys
 import time
 from pathlib import Path
@@ -76,7 +77,7 @@ def main(argv=None) -> int:
     while step < args.steps:
         idx = batch_indices(args.seed, epoch, pos)
         model.train()
-        with hal.autocast(enabled=use_amp):
+        with hal.autocast() if use_amp else contextlib.nullcontext():
             loss = loss_fn(model(x_all[idx]).float(), y_all[idx])
         opt.zero_grad(set_to_none=True)
         loss.backward()

@@ -35,7 +35,7 @@ def encode(obj: Any, tensors: Dict[str, torch.Tensor], path: str,
     if isinstance(obj, float):
         return _float(float(obj))
     if isinstance(obj, torch.Tensor):
-        name = path
+        name = path if path not in tensors else f"{path}#{len(tensors)}"  # {"a/b": t} vs {"a": {"b": t}}
         tensors[name] = snapshot(obj)
         return {"__tensor__": name}
     if isinstance(obj, torch.dtype):
@@ -55,8 +55,9 @@ def encode(obj: Any, tensors: Dict[str, torch.Tensor], path: str,
     np = _numpy()
     if np is not None:
         if isinstance(obj, np.ndarray):
-            tensors[path] = snapshot(torch.from_numpy(obj.copy()))
-            return {"__ndarray__": path}
+            name = path if path not in tensors else f"{path}#{len(tensors)}"
+            tensors[name] = snapshot(torch.from_numpy(obj.copy()))
+            return {"__ndarray__": name}
         if isinstance(obj, np.generic):
             return encode(obj.item(), tensors, path, snapshot)
     raise CheckpointError(

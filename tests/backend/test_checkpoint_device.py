@@ -52,3 +52,24 @@ def test_device_checkpoint_opens_on_the_cpu(tmp_path, hal_backend):
     assert cpu_sched.get_last_lr() == sched.get_last_lr()
     assert torch.equal(cpu_opt.state[cpu_model[0].weight]["exp_avg"], opt.state[model[0].weight]["exp_avg"].cpu())
     assert all(t.device.type == "cpu" for t in ck.state["model"].values())
+
+
+def test_device_rng_state_is_not_applied_on_the_cpu(tmp_path, hal_backend, monkeypatch):
+    """The real cross-device case: RNG saved by this accelerator, loaded with HAL_BACKEND=cpu."""
+    if hal_backend.device_type == "cpu":
+        pytest.skip("the selected backend is the CPU: no device RNG state to carry elsewhere "
+                    "(tests/unit/test_checkpoint_rng.py covers a crafted cuda state)")
+    dev = hal_backend.device()
+    model, opt, sched = _trained(dev)
+    ckpt.save(tmp_path, 3, model=model, optimizer=opt, scheduler=sched)
+    torch.manual_seed(5)
+    monkeypatch.setenv("HAL_BACKEND", "cpu")
+    import hal
+    hal.reset_registry()
+    cpu_model = nn.Sequential(nn.Linear(16, 32), nn.Dropout(0.25), nn.Linear(32, 4))
+    cpu_opt = torch.optim.AdamW(cpu_model.parameters(), lr=1e-3)
+    cpu_sched = torch.optim.lr_scheduler.StepLR(cpu_opt, 2, 0.5)
+    key = f"{dev.type}:{dev.index}"
+    with pytest.warns(ckpt.CheckpointWarning, match=f"{key} was saved on backend '{hal_backend.name}' but this process runs on 'cpu'"):
+        ck = ckpt.resume(tmp_path, model=cpu_model, optimizer=cpu_opt, scheduler=cpu_sched)
+    assert key not in ck.rng_applied and "cpu" in ck.rng_applied

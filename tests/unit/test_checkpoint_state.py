@@ -2,6 +2,7 @@
 import json
 import math
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -127,3 +128,11 @@ def test_shape_mismatch_is_one_clear_error(tmp_path):
     ckpt.save(tmp_path, 1, model=nn.Linear(3, 4))
     with pytest.raises(CheckpointError, match="model: the checkpoint's state does not fit this Linear"):
         ckpt.resume(tmp_path, model=nn.Linear(3, 5))
+
+
+def test_keys_with_slashes_do_not_collide_with_nesting(tmp_path):
+    extra = {"a/b": torch.zeros(2), "a": {"b": torch.ones(2)}, "arr": np.arange(3)}
+    ckpt.save(tmp_path, 1, extra=extra)
+    got = ckpt.load(tmp_path / "step-00000001").extra
+    assert torch.equal(got["a/b"], torch.zeros(2)) and torch.equal(got["a"]["b"], torch.ones(2))
+    assert np.array_equal(got["arr"], np.arange(3))
