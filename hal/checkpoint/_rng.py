@@ -9,6 +9,7 @@ seed derived from the step and rank, so the run stays deterministic.
 from __future__ import annotations
 
 import base64
+import logging
 import random
 import warnings
 from typing import List, Optional
@@ -16,6 +17,8 @@ from typing import List, Optional
 import torch
 
 from hal.checkpoint._errors import CheckpointWarning
+
+log = logging.getLogger("hal.checkpoint")
 
 
 def _b64(t: torch.Tensor) -> dict:
@@ -35,7 +38,11 @@ def _backend():
 
 
 def capture(backend=None) -> dict:
-    """RNG state of this process: python, numpy, torch CPU and the current device."""
+    """RNG state of this process: python, numpy, torch CPU and the current device.
+
+    The device state is keyed ``"<type>:<index>"``; ``current_device`` names it, so that a
+    rank restarted on another index of the same device type restores its own stream.
+    """
     backend = backend or _backend()
     out = {"backend": backend.name, "device_type": backend.device_type}
     version, internal, gauss = random.getstate()
@@ -50,7 +57,8 @@ def capture(backend=None) -> dict:
     gens = {"cpu": _b64(torch.get_rng_state())}
     if backend.device_type != "cpu":
         idx = backend.current_device()
-        gens[f"{backend.device_type}:{idx}"] = _b64(backend.get_rng_state(idx))
+        out["current_device"] = f"{backend.device_type}:{idx}"
+        gens[out["current_device"]] = _b64(backend.get_rng_state(idx))
     out["torch"] = gens
     return out
 
@@ -92,6 +100,13 @@ def restore(saved: dict, step: int, rank: int, backend=None) -> List[str]:
                             f"but this process runs on {here!r}")
             continue
         index = int(idx or 0)
+        if key == saved.get("current_device"):
+            # the generator this rank drew from; after a restart the rank may sit on another index
+            here_index = backend.current_device()
+            if here_index != index:
+                log.info("RNG state of %s (the saving rank's current device) applied to %s:%d, "
+                         "this rank's current device", key, here, here_index)
+            index = here_index
         try:
             if index >= backend.device_count():
                 raise IndexError(f"this machine shows {backend.device_count()} {here} device(s)")

@@ -116,3 +116,29 @@ def test_restore_rng_false_leaves_generators_alone(tmp_path):
     torch.manual_seed(123)
     ck = ckpt.load(path, model=target, restore_rng=False)
     assert ck.rng_applied == [] and torch.equal(torch.rand(3), expected)
+
+
+def test_rank_restarted_on_another_index_gets_its_own_stream():
+    class NPU:
+        name, device_type = "ascend", "npu"
+
+        def __init__(self, current):
+            self.current, self.states = current, []
+
+        def device_count(self):
+            return 8
+
+        def current_device(self):
+            return self.current
+
+        def get_rng_state(self, index):
+            return torch.full((8,), index, dtype=torch.uint8)
+
+        def set_rng_state(self, state, index):
+            self.states.append((index, state.tolist()))
+
+    saved = _rng.capture(backend=NPU(current=3))
+    assert saved["current_device"] == "npu:3" and "npu:3" in saved["torch"]
+    after_restart = NPU(current=0)
+    assert "npu:3" in _rng.restore(saved, step=1, rank=0, backend=after_restart)
+    assert after_restart.states == [(0, [3] * 8)]
