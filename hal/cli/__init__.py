@@ -16,6 +16,7 @@ COMMANDS = {
     "list": "list_backends",
     "info": "info",
     "metrics": "metrics",
+    "checkpoint": "checkpoint",
 }
 
 EPILOG = """\
@@ -25,6 +26,7 @@ examples:
   hal info                     the selected backend in detail
   HAL_BACKEND=cpu hal info     force a backend by name or device type
   hal metrics summary run.jsonl  throughput drops in a run's metrics
+  hal checkpoint ls ckpt/      which checkpoint resume would use, and why not the others
 
 environment:
   HAL_BACKEND                  force a backend (name such as ascend, or device type such as npu)
