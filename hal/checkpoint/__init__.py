@@ -33,7 +33,7 @@ from hal.checkpoint._errors import CheckpointError, CheckpointWarning
 from hal.checkpoint._files import CRASH_ENV, CRASH_POINTS
 from hal.checkpoint._layout import CheckpointInfo, scan
 from hal.checkpoint._load import Checkpoint, latest, load, resume
-from hal.checkpoint._save import MODES, apply_retention, is_complete, persist, snapshot
+from hal.checkpoint._save import MODES, is_complete, persist, snapshot
 
 __all__ = ["save", "load", "resume", "latest", "scan", "Checkpointer", "Checkpoint",
            "CheckpointInfo", "CheckpointError", "CheckpointWarning", "is_complete", "MODES",

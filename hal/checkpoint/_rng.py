@@ -12,7 +12,7 @@ import base64
 import logging
 import random
 import warnings
-from typing import List, Optional
+from typing import List
 
 import torch
 
@@ -134,7 +134,3 @@ def restore(saved: dict, step: int, rank: int, backend=None) -> List[str]:
                                         f". {outcome}"), stacklevel=3)
     return applied
 
-
-def device_keys(saved: dict) -> Optional[List[str]]:
-    """Device keys present in a saved RNG entry."""
-    return [k for k in saved.get("torch", {}) if k != "cpu"]

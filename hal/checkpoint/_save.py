@@ -5,7 +5,7 @@ import logging
 import os
 import shutil
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, Optional
 
@@ -36,7 +36,6 @@ class Snapshot:
     doc: dict
     tensors: Optional[Dict[str, torch.Tensor]] = None
     nbytes: int = 0
-    meta: dict = field(default_factory=dict)
 
 
 def _snapshotter(clone: bool):

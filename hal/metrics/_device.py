@@ -8,7 +8,6 @@ from a plugin's ``hal_device_utilization`` hook, else the device module's
 """
 from __future__ import annotations
 
-import os
 from typing import Optional, Tuple
 
 from hal._errors import NotSupported
