@@ -29,7 +29,7 @@ def hal_backend(request, monkeypatch):
     """The named backend, selected through HAL_BACKEND for the duration of the test."""
     monkeypatch.setenv("HAL_BACKEND", request.param)
     hal.reset_registry()
-    yield hal.backend()
+    yield hal.current_backend()
     hal.reset_registry()
 
 
