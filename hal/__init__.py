@@ -38,3 +38,12 @@ def fallback_report():
     """
     from hal.emu import fallback_report as _report
     return _report()
+
+
+def __getattr__(name):
+    # ``hal.checkpoint``, ``hal.metrics``, ``hal.transfer``, ``hal.conformance`` and
+    # ``hal.emu`` after a bare ``import hal``, imported on first use
+    if name in ("checkpoint", "metrics", "transfer", "conformance", "emu"):
+        import importlib
+        return importlib.import_module(f"hal.{name}")
+    raise AttributeError(f"module 'hal' has no attribute {name!r}")

@@ -13,3 +13,10 @@ step "op_coverage scan: the bundled example model against Ascend, TensorRT, Open
 rc=0
 op_coverage scan -t ascend,tensorrt,openvino,ort-cuda || rc=$?
 echo "(op_coverage exit code $rc: 0 all native, 3 host fallback needed, 4 unsupported operators remain — docs/op_coverage.md)"
+step "a tiny training run on the selected device: checkpoints, resume, metrics (out/tiny)"
+rm -rf out/tiny
+"$PY" examples/train_tiny.py --out out/tiny --steps 200
+step "run it again with more steps: it resumes from the newest complete checkpoint"
+"$PY" examples/train_tiny.py --out out/tiny --steps 300
+step "hal metrics summary: where throughput dropped"
+hal metrics summary out/tiny/metrics/*.jsonl || true

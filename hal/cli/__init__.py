@@ -18,6 +18,8 @@ COMMANDS = {
     "run": "run",
     "probe": "probe",
     "conformance": "conformance",
+    "metrics": "metrics",
+    "checkpoint": "checkpoint",
 }
 
 EPILOG = """\
@@ -28,6 +30,8 @@ examples:
   HAL_BACKEND=cpu hal info     force a backend by name or device type
   HAL_BACKEND=emu hal run train.py   a CUDA-written script on the emulated accelerator
   hal conformance --backend emu      the backend contract as a publishable report
+  hal metrics summary run.jsonl  throughput drops in a run's metrics
+  hal checkpoint ls ckpt/      which checkpoint resume would use, and why not the others
 
 environment:
   HAL_BACKEND                  force a backend (name such as ascend, or device type such as npu)
