@@ -32,3 +32,4 @@ def native_available() -> bool:
     except ImportError:
         return False
     return True
+from hal import dist  # noqa: E402  (hal.dist: collectives over torch.distributed)

@@ -15,6 +15,7 @@ from hal._errors import HalError
 COMMANDS = {
     "list": "list_backends",
     "info": "info",
+    "bench": "bench",
 }
 
 EPILOG = """\

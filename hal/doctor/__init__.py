@@ -1,0 +1,1 @@
+"""hal doctor (in progress)."""
