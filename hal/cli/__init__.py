@@ -16,6 +16,7 @@ COMMANDS = {
     "list": "list_backends",
     "info": "info",
     "bench": "bench",
+    "doctor": "doctor",
 }
 
 EPILOG = """\

@@ -1,0 +1,72 @@
+"""``hal doctor``: environment checklist with OK / WARN / FAIL."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from hal.cli._term import paint, print_json, use_color
+
+EPILOG = """\
+examples:
+  hal doctor                              every check
+  hal doctor --data /datasets/coco /ckpt  also check that these paths are readable
+  hal doctor --check versions --check transport
+  hal doctor --json                       JSON, schema hal.doctor/1
+  hal doctor --timeout 20                 hard limit per check (default: 30-120 s per check)
+
+checks: backends (found and why), devices (count, model), versions (driver / runtime / torch /
+vendor extension against hal/data/compat.json), data (--data paths readable), tiny_network
+(forward+backward on the device vs the CPU), all_reduce_2/4/8 (local ranks where the machine
+has the cores or devices; stragglers slower than 2x the median), transport (RDMA or TCP, with
+the evidence).  Each check runs in its own process and is killed at its time limit, so a hung
+driver call cannot hang the doctor.
+
+exit status: 0 OK, 1 WARN, 2 FAIL (3: hal itself could not run)
+test hooks: HAL_DOCTOR_TEST_HANG=check[,check] makes a check hang; HAL_DOCTOR_TEST_ABORT=check
+makes it abort
+"""
+_COLORS = {"OK": "green", "WARN": "yellow", "FAIL": "red", "SKIP": "dim"}
+
+
+def add_parser(sub):
+    from hal.doctor import ORDER
+
+    p = sub.add_parser("doctor", help="environment checklist (OK / WARN / FAIL)", epilog=EPILOG,
+                       formatter_class=argparse.RawDescriptionHelpFormatter,
+                       description="Check that this machine can train: devices, versions, data, a tiny "
+                                   "network, collectives, network transport.")
+    p.add_argument("--data", nargs="+", default=[], metavar="PATH", help="paths that must be readable")
+    p.add_argument("--check", action="append", choices=ORDER, metavar="NAME",
+                   help=f"run only this check (repeatable): {', '.join(ORDER)}")
+    p.add_argument("--timeout", type=float, default=None, help="hard limit per check, seconds")
+    p.add_argument("-j", "--jobs", type=int, default=2, help="checks run side by side (default 2)")
+    p.add_argument("--json", action="store_true", help="print JSON (schema hal.doctor/1)")
+    p.set_defaults(run=run)
+
+
+def run(args) -> int:
+    from hal import doctor
+
+    color = use_color()
+    live = not args.json and sys.stdout.isatty()
+
+    def progress(name, res):
+        if live:
+            print(paint(f"  ... {name} {res['status']}", "dim", color), flush=True)
+
+    try:
+        report = doctor.run(checks=args.check, data=args.data, timeout=args.timeout, jobs=args.jobs,
+                            on_result=progress)
+    except ValueError as exc:
+        print(f"hal doctor: error: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print_json(report)
+        return report["exit_code"]
+    for r in report["checks"]:
+        st = r["status"]
+        print(f"{paint(f'{st:<4}', _COLORS[st], color)}  {r['name']:<13} {r['summary']}")
+    overall = report["status"]
+    print(f"\n{paint(overall, _COLORS[overall], color)}: {len(report['checks'])} checks in "
+          f"{report['seconds']:.1f} s (exit {report['exit_code']})")
+    return report["exit_code"]
