@@ -13,6 +13,7 @@ examples:
   hal doctor --check versions --check transport
   hal doctor --json                       JSON, schema hal.doctor/1
   hal doctor --timeout 20                 hard limit per check (default: 30-120 s per check)
+  hal doctor --timeout tiny_network=120   a longer limit for one check
 
 checks: backends (found and why), devices (count, model), versions (driver / runtime / torch /
 vendor extension against hal/data/compat.json), data (--data paths readable), tiny_network
@@ -38,10 +39,35 @@ def add_parser(sub):
     p.add_argument("--data", nargs="+", default=[], metavar="PATH", help="paths that must be readable")
     p.add_argument("--check", action="append", choices=ORDER, metavar="NAME",
                    help=f"run only this check (repeatable): {', '.join(ORDER)}")
-    p.add_argument("--timeout", type=float, default=None, help="hard limit per check, seconds")
+    p.add_argument("--timeout", action="append", default=None, metavar="[NAME=]SECONDS",
+                   help="hard limit per check; NAME=SECONDS for one check (repeatable)")
     p.add_argument("-j", "--jobs", type=int, default=2, help="checks run side by side (default 2)")
     p.add_argument("--json", action="store_true", help="print JSON (schema hal.doctor/1)")
     p.set_defaults(run=run)
+
+
+def _timeouts(values):
+    """``["20"]`` → 20.0; ``["devices=3", "20"]`` → ``{"devices": 3.0, <every other>: 20.0}``."""
+    from hal.doctor import ORDER
+
+    default, per = None, {}
+    for v in values:
+        name, _, secs = v.rpartition("=")
+        try:
+            value = float(secs)
+        except ValueError:
+            raise ValueError(f"--timeout {v!r}: {secs!r} is not a number of seconds; write 20 or devices=20") from None
+        if value <= 0:
+            raise ValueError(f"--timeout {v!r}: the limit must be positive")
+        if name:
+            per[name] = value
+        else:
+            default = value
+    if not per:
+        return default
+    if default is not None:
+        per = {**{n: default for n in ORDER}, **per}
+    return per
 
 
 def run(args) -> int:
@@ -55,7 +81,8 @@ def run(args) -> int:
             print(paint(f"  ... {name} {res['status']}", "dim", color), flush=True)
 
     try:
-        report = doctor.run(checks=args.check, data=args.data, timeout=args.timeout, jobs=args.jobs,
+        timeout = _timeouts(args.timeout or [])
+        report = doctor.run(checks=args.check, data=args.data, timeout=timeout, jobs=args.jobs,
                             on_result=progress)
     except ValueError as exc:
         print(f"hal doctor: error: {exc}", file=sys.stderr)

@@ -88,7 +88,8 @@ def _kill(p: subprocess.Popen) -> None:
 
 
 def spawn(target: str, nproc: int, kwargs: Optional[dict] = None, timeout: float = 60.0,
-          env: Optional[Dict[str, str]] = None, init_timeout: Optional[float] = None) -> SpawnResult:
+          env: Optional[Dict[str, str]] = None, init_timeout: Optional[float] = None,
+          rank_env: Optional[Dict[int, Dict[str, str]]] = None) -> SpawnResult:
     """Run ``target`` (``"package.module:function"`` or ``"/path/file.py:function"``) on ``nproc`` ranks.
 
     :param kwargs: JSON-able keyword arguments passed to the target on every rank.
@@ -96,6 +97,7 @@ def spawn(target: str, nproc: int, kwargs: Optional[dict] = None, timeout: float
         are killed and reported with ``timed_out``.
     :param env: extra environment for every rank (``{"HAL_BACKEND": "cpu"}``).
     :param init_timeout: ``HAL_DIST_TIMEOUT`` for the ranks (default: ``timeout``).
+    :param rank_env: extra environment for single ranks, applied last (``{1: {"WORLD_SIZE": "3"}}``).
     """
     if nproc < 1:
         raise ValueError(f"nproc must be >= 1, got {nproc}")
@@ -111,6 +113,7 @@ def spawn(target: str, nproc: int, kwargs: Optional[dict] = None, timeout: float
                      GROUP_RANK="0", HAL_DIST_TIMEOUT=str(init_timeout or timeout),
                      **{ENV_RESULT: os.path.join(tmp, f"rank{rank}.json"),
                         ENV_KWARGS: json.dumps(kwargs or {})})
+            e.update((rank_env or {}).get(rank, {}))
             e.pop("TORCHELASTIC_USE_AGENT_STORE", None)
             err = open(os.path.join(tmp, f"rank{rank}.err"), "wb")
             procs.append((subprocess.Popen([sys.executable, "-m", "hal.dist.launch", target],

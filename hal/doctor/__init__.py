@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable, Dict, Iterable, List, Optional
+from typing import Callable, Dict, Iterable, List, Optional, Union
 
 SCHEMA = "hal.doctor/1"
 ORDER = ("backends", "devices", "versions", "data", "tiny_network", "all_reduce_2", "all_reduce_4",
@@ -22,13 +22,15 @@ EXIT_CODES = {"OK": 0, "WARN": 1, "FAIL": 2}
 _RANK = {"SKIP": 0, "OK": 0, "WARN": 1, "FAIL": 2}
 
 
-def run(checks: Optional[Iterable[str]] = None, data: Iterable[str] = (), timeout: Optional[float] = None,
+def run(checks: Optional[Iterable[str]] = None, data: Iterable[str] = (),
+        timeout: Union[None, float, Dict[str, float]] = None,
         jobs: int = 2, on_result: Optional[Callable[[str, dict], None]] = None) -> dict:
     """Run the checklist; the library call behind ``hal doctor``.
 
     :param checks: names to run (default: all, in :data:`ORDER`).
     :param data: paths the ``data`` check must find readable.
-    :param timeout: hard limit per check in seconds (default: each check's own, 30-120 s).
+    :param timeout: hard limit per check in seconds, for all checks or as ``{name: seconds}``
+        (default: each check's own, 30-120 s).
     :param jobs: checks run side by side (the all-reduce checks always run alone, after the rest).
     :param on_result: called with ``(name, result)`` as each check finishes (progress output).
     :return: report with schema ``hal.doctor/1``: overall ``status`` and ``exit_code``, ``checks``.
@@ -36,13 +38,16 @@ def run(checks: Optional[Iterable[str]] = None, data: Iterable[str] = (), timeou
     from hal.doctor.checks import CHECKS
 
     names = list(ORDER) if checks is None else list(checks)
-    unknown = [n for n in names if n not in CHECKS]
+    unknown = [n for n in names + list(timeout if isinstance(timeout, dict) else ()) if n not in CHECKS]
     if unknown:
         raise ValueError(f"unknown check(s) {', '.join(unknown)}; choose from {', '.join(ORDER)}")
     from hal.doctor.runner import run_check
 
     def one(name: str) -> dict:
-        limit = float(timeout) if timeout is not None else float(CHECKS[name][1])
+        if isinstance(timeout, dict):
+            limit = float(timeout.get(name, CHECKS[name][1]))
+        else:
+            limit = float(timeout) if timeout is not None else float(CHECKS[name][1])
         kwargs: Dict[str, object] = {}
         if name == "data":
             kwargs["paths"] = list(data)
