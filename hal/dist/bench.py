@@ -176,7 +176,8 @@ def rank_main(config: dict) -> Optional[dict]:
     from hal.dist.checked import gather_floats, precheck
     from hal.dist.process_group import info
 
-    cfg = BenchConfig(**config)
+    cfg = BenchConfig(**config).validate()
+    config = {k: getattr(cfg, k) for k in BenchConfig.__dataclass_fields__ if k != "nproc"}
     me = info()
     n, rank = me.world_size, me.rank
     backend = selected_backend()
