@@ -56,3 +56,19 @@ def hal_op_support(spec):
     :param spec: a :class:`hal.spec.BackendSpec` this plugin declared.
     :return: a profile dict in op_coverage's profile-file format, or None.
     """
+
+
+@hookspec(firstresult=True)
+def hal_c10d_backend(spec):
+    """Name the out-of-tree collective library of ``spec``'s device, for ``hal.dist.init`` to register.
+
+    Called once, on the selected backend's plugin only, before the process group is created.
+    hal registers the result with :func:`hal.dist.register_c10d_backend` (checked, idempotent);
+    return None when the vendor module registers its library itself on import (torch_npu does).
+
+    Stops at first non-None result.
+
+    :param spec: the selected :class:`hal.spec.BackendSpec`.
+    :return: ``{"name": "emuccl", "creator": fn, "devices": ["privateuseone"]}`` (optionally
+        ``"extended_api": True``), or None.
+    """

@@ -107,6 +107,28 @@ def backend_string(backend=None) -> str:
     return f"cpu:gloo,{spec.device_type}:{ccl}"
 
 
+def register_plugin_ccl() -> Optional[str]:
+    """Register the selected backend's out-of-tree CCL if its plugin names one (``hal_c10d_backend``)."""
+    from hal.dist.register import register_c10d_backend
+    from hal.registry import get_registry
+
+    reg = get_registry()
+    cand = reg.selected()
+    plugin = reg.pm.get_plugin(cand.plugin)
+    try:
+        entry = reg.plugin_call(plugin, "hal_c10d_backend", spec=cand.spec)
+    except Exception as exc:
+        raise DistError(f"plugin {cand.plugin!r}: hal_c10d_backend raised {type(exc).__name__}: {exc}; "
+                        f"fix the plugin or choose another backend with HAL_BACKEND") from exc
+    if entry is None:
+        return None
+    if not isinstance(entry, dict) or not {"name", "creator", "devices"} <= set(entry):
+        raise DistError(f"plugin {cand.plugin!r}: hal_c10d_backend returned {entry!r}; it must return "
+                        f"{{'name': ..., 'creator': ..., 'devices': [...]}} or None")
+    return register_c10d_backend(entry["name"], entry["creator"], entry["devices"],
+                                 bool(entry.get("extended_api", False)))
+
+
 def _env_int(name: str, env) -> Optional[int]:
     raw = env.get(name)
     if raw is None or raw == "":
@@ -202,6 +224,7 @@ def init(backend: Optional[str] = None, *, timeout: Optional[float] = None,
                         "hal.dist.init() before init_process_group, or not at all")
     timeout_s = float(timeout) if timeout is not None else default_timeout()
     hal_backend = selected_backend()
+    register_plugin_ccl()
     backend = backend or backend_string(hal_backend)
     env = os.environ
     rank, world_size = _env_int("RANK", env), _env_int("WORLD_SIZE", env)

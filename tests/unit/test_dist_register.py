@@ -58,3 +58,50 @@ def test_bad_registration_is_refused_and_changes_nothing(torch_backend_state, kw
         register_c10d_backend(**kwargs)
     assert (list(dist.Backend.backend_list), dict(dist.Backend.default_device_backend_map)) == before
     assert registered_backends() == {}
+
+
+PLUGIN = '''
+from hal.plugin import hookimpl
+from hal.spec import BackendSpec, ProbeResult, Status
+from hal_backends.cpu import CPUBackend
+
+SPEC = BackendSpec(name="toy", vendor="test", device_type="cpu", dist_backend="toyccl", priority=1)
+
+def create(store, rank, world_size, timeout):
+    raise AssertionError("not used")
+
+@hookimpl
+def hal_backend_specs():
+    return [SPEC]
+
+@hookimpl
+def hal_backend_probe(spec, context):
+    return ProbeResult(Status.AVAILABLE, "test plugin") if spec.name == "toy" else None
+
+@hookimpl
+def hal_backend_load(spec):
+    return CPUBackend(spec) if spec.name == "toy" else None
+
+@hookimpl
+def hal_c10d_backend(spec):
+    return {"name": "toyccl", "creator": create, "devices": "toydev"} if spec.name == "toy" else None
+'''
+
+
+def test_the_selected_plugin_registers_its_ccl_through_the_hook(torch_backend_state, tmp_path,
+                                                                  monkeypatch, clean_registry):
+    import hal
+
+    (tmp_path / "hal_toy_plugin.py").write_text(PLUGIN)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("HAL_PLUGINS", "hal_toy_plugin")
+    monkeypatch.setenv("HAL_BACKEND", "toy")
+    for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(k, raising=False)
+    hal.reset_registry()
+    try:
+        hal.dist.init(timeout=10)
+        assert registered_backends() == {"toyccl": ["toydev"]}
+        assert dist.Backend.default_device_backend_map["toydev"] == "toyccl"
+    finally:
+        hal.dist.destroy()
