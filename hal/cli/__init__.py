@@ -25,6 +25,8 @@ examples:
   hal list --json              the same as JSON (schema hal.list/1)
   hal info                     the selected backend in detail
   HAL_BACKEND=cpu hal info     force a backend by name or device type
+  hal doctor                   environment checklist: OK / WARN / FAIL
+  hal bench all_reduce -n 2    collective bandwidth, nccl-tests columns
 
 environment:
   HAL_BACKEND                  force a backend (name such as ascend, or device type such as npu)

@@ -73,12 +73,19 @@ def _timeouts(values):
 def run(args) -> int:
     from hal import doctor
 
+    from hal.doctor import ORDER
+
     color = use_color()
-    live = not args.json and sys.stdout.isatty()
+    bar = None
+    if not args.json and sys.stderr.isatty():  # a progress bar only for a person watching
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(args.check or ORDER), desc="hal doctor", unit="check", leave=False)
 
     def progress(name, res):
-        if live:
-            print(paint(f"  ... {name} {res['status']}", "dim", color), flush=True)
+        if bar is not None:
+            bar.set_postfix_str(f"{name} {res['status']}")
+            bar.update(1)
 
     try:
         timeout = _timeouts(args.timeout or [])
@@ -87,6 +94,9 @@ def run(args) -> int:
     except ValueError as exc:
         print(f"hal doctor: error: {exc}", file=sys.stderr)
         return 2
+    finally:
+        if bar is not None:
+            bar.close()
     if args.json:
         print_json(report)
         return report["exit_code"]
