@@ -5,7 +5,6 @@ import argparse
 import json
 import sys
 
-from hal._errors import HalError
 from hal.cli._term import paint, print_json, use_color
 
 EPILOG = """\

@@ -15,13 +15,14 @@ timing, one more call on known data counts wrong elements (``#wrong``).
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import socket
 import statistics
 import time
 from dataclasses import dataclass
-from typing import Dict, List, Optional
+from typing import List, Optional
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all")
 #: placement torch provides for each collective
@@ -116,7 +117,8 @@ def _ops(collective: str, n: int, rank: int, count: int, dtype, device, redop, r
 
     from hal.dist.checked import _all_gather, _reduce_scatter
 
-    pat = (torch.arange(count * n, device=device) % 7).to(dtype)  # small ints: exact in every dtype
+    chunks = 1 if collective in ("all_reduce", "broadcast") else n
+    pat = (torch.arange(count * chunks, device=device) % 7).to(dtype)  # small ints: exact in every dtype
     corrupt = os.environ.get(ENV_CORRUPT) == str(rank)
 
     def reduce(x):  # rank r contributes x * (r + 1)
@@ -186,6 +188,8 @@ def rank_main(config: dict) -> Optional[dict]:
     esize = torch.empty((), dtype=dtype).element_size()
     redop = {"sum": dist.ReduceOp.SUM, "prod": dist.ReduceOp.PRODUCT, "max": dist.ReduceOp.MAX,
              "min": dist.ReduceOp.MIN, "avg": dist.ReduceOp.AVG}[cfg.op]
+    if cfg.collective == "broadcast" and not 0 <= cfg.root < n:
+        raise ValueError(f"broadcast root {cfg.root} is not a rank of this job (0..{n - 1}); pass -r 0..{n - 1}")
     precheck("bench", json.dumps(config, sort_keys=True))  # every rank runs the same sweep
     sync = (lambda: None) if device.type == "cpu" else backend.synchronize
     dev_name = backend.device_name() if device.type != "cpu" else socket.gethostname()
@@ -244,7 +248,7 @@ def _pct(sorted_values: List[float], q: float) -> float:
     """Nearest-rank percentile of an ascending list."""
     if not sorted_values:
         return 0.0
-    idx = min(len(sorted_values) - 1, max(0, int(round(q / 100.0 * len(sorted_values) + 0.5)) - 1))
+    idx = min(len(sorted_values) - 1, max(0, math.ceil(q / 100.0 * len(sorted_values)) - 1))
     return sorted_values[idx]
 
 

@@ -16,7 +16,6 @@ their shapes can call ``torch.distributed`` directly.  Checks apply to the defau
 from __future__ import annotations
 
 import datetime as _dt
-import json
 import time
 from typing import List, Optional, Sequence
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import re
 from typing import Callable, Iterable, List, Union
 
-import torch
 import torch.distributed as dist
 
 from hal.dist.errors import DistError

@@ -66,3 +66,15 @@ def test_bad_timeout_is_one_clear_line():
     assert out.returncode == 2
     assert out.stderr.strip() == ("hal doctor: error: --timeout 'devices=soon': 'soon' is not a number of "
                                   "seconds; write 20 or devices=20")
+
+
+def test_a_slow_rank_is_found_as_a_straggler():
+    from hal.dist.launch import spawn
+    from hal.doctor.checks import find_stragglers
+
+    res = spawn("hal.doctor.checks:allreduce_rank", 3, timeout=60,
+                env={"HAL_BACKEND": "cpu", "HAL_DOCTOR_TEST_SLOW_RANK": "2"})
+    assert res.ok, res.first_error()
+    rows = [o.result for o in res.ranks]
+    assert all(r["correct"] for r in rows)
+    assert find_stragglers([r["compute_s"] for r in rows]) == [2]

@@ -78,3 +78,11 @@ def test_baseline_of_another_collective_is_refused():
 def test_bad_config_is_refused(kw, message):
     with pytest.raises(ValueError, match=message):
         BenchConfig(**kw).validate()
+
+
+def test_percentiles_are_nearest_rank():
+    from hal.dist.bench import _pct
+
+    values = [float(v) for v in range(1, 101)]
+    assert (_pct(values, 50), _pct(values, 99), _pct(values, 100)) == (50.0, 99.0, 100.0)
+    assert _pct([3.0], 99) == 3.0
