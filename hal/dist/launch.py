@@ -38,16 +38,17 @@ class RankOutcome:
     error: Optional[str] = None
     error_type: Optional[str] = None
     timed_out: bool = False
+    stopped: bool = False  # killed because another rank had failed
     stderr_tail: str = ""
 
     @property
     def ok(self) -> bool:
-        return self.returncode == 0 and self.error is None and not self.timed_out
+        return self.returncode == 0 and self.error is None and not self.timed_out and not self.stopped
 
     def to_dict(self) -> dict:
         return dict(rank=self.rank, returncode=self.returncode, ok=self.ok, result=self.result,
                     error=self.error, error_type=self.error_type, timed_out=self.timed_out,
-                    stderr_tail=self.stderr_tail)
+                    stopped=self.stopped, stderr_tail=self.stderr_tail)
 
 
 @dataclass
@@ -62,12 +63,17 @@ class SpawnResult:
         return all(r.ok for r in self.ranks)
 
     def first_error(self) -> str:
+        """The most telling failure: a rank's own error first, then a crash, then a timeout."""
         for r in self.ranks:
-            if r.timed_out:
-                return f"rank {r.rank} was killed after the time limit"
-            if not r.ok:
+            if r.error:
+                return f"rank {r.rank}: {r.error}"
+        for r in self.ranks:
+            if not r.ok and not r.timed_out and not r.stopped:
                 return (f"rank {r.rank}: {r.error}" if r.error else
                         f"rank {r.rank} exited with code {r.returncode}: {r.stderr_tail.strip()[-300:]}")
+        for r in self.ranks:
+            if r.timed_out:
+                return f"rank {r.rank} was killed at the time limit"
         return ""
 
 
@@ -89,7 +95,7 @@ def _kill(p: subprocess.Popen) -> None:
 
 def spawn(target: str, nproc: int, kwargs: Optional[dict] = None, timeout: float = 60.0,
           env: Optional[Dict[str, str]] = None, init_timeout: Optional[float] = None,
-          rank_env: Optional[Dict[int, Dict[str, str]]] = None) -> SpawnResult:
+          rank_env: Optional[Dict[int, Dict[str, str]]] = None, peer_grace: float = 5.0) -> SpawnResult:
     """Run ``target`` (``"package.module:function"`` or ``"/path/file.py:function"``) on ``nproc`` ranks.
 
     :param kwargs: JSON-able keyword arguments passed to the target on every rank.
@@ -98,6 +104,8 @@ def spawn(target: str, nproc: int, kwargs: Optional[dict] = None, timeout: float
     :param env: extra environment for every rank (``{"HAL_BACKEND": "cpu"}``).
     :param init_timeout: ``HAL_DIST_TIMEOUT`` for the ranks (default: ``timeout``).
     :param rank_env: extra environment for single ranks, applied last (``{1: {"WORLD_SIZE": "3"}}``).
+    :param peer_grace: once a rank has failed, seconds the others get to finish (and report
+        what they saw) before they are stopped; a job never waits out its timeout for a dead peer.
     """
     if nproc < 1:
         raise ValueError(f"nproc must be >= 1, got {nproc}")
@@ -119,22 +127,31 @@ def spawn(target: str, nproc: int, kwargs: Optional[dict] = None, timeout: float
             procs.append((subprocess.Popen([sys.executable, "-m", "hal.dist.launch", target],
                                            env=e, stdout=subprocess.DEVNULL, stderr=err), err))
         deadline = start + timeout
-        timed_out = set()
+        timed_out, stopped = set(), set()
         try:
-            for rank, (p, _) in enumerate(procs):
-                try:
-                    p.wait(timeout=max(deadline - time.monotonic(), 0.01))
-                except subprocess.TimeoutExpired:
-                    timed_out.add(rank)
+            failed_at = None
+            while time.monotonic() < deadline:
+                codes = [p.poll() for p, _ in procs]
+                if all(c is not None for c in codes):
+                    break
+                if failed_at is None and any(c not in (None, 0) for c in codes):
+                    failed_at = time.monotonic()  # a rank failed: the others get a short grace
+                if failed_at is not None and time.monotonic() - failed_at > peer_grace:
+                    stopped = {r for r, c in enumerate(codes) if c is None}
+                    break
+                time.sleep(0.05)
+            else:
+                timed_out = {r for r, (p, _) in enumerate(procs) if p.poll() is None}
         finally:
             for rank, (p, err) in enumerate(procs):
-                if p.poll() is None:
+                if p.poll() is None and rank not in stopped:
                     timed_out.add(rank)
                 _kill(p)
                 err.close()
         out = SpawnResult(wall_s=time.monotonic() - start)
         for rank, (p, _) in enumerate(procs):
-            oc = RankOutcome(rank=rank, returncode=p.returncode, timed_out=rank in timed_out)
+            oc = RankOutcome(rank=rank, returncode=p.returncode, timed_out=rank in timed_out,
+                             stopped=rank in stopped)
             res_file = Path(tmp, f"rank{rank}.json")
             if res_file.exists():
                 data = json.loads(res_file.read_text())

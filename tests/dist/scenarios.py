@@ -63,3 +63,12 @@ def bench_all(sizes=(64, 4096)):
 
 def env_rank():
     return {"rank": hal.dist.info().rank, "pid": os.getpid()}
+
+
+def one_rank_fails():
+    """Rank 1 raises at once; rank 0 waits in an all-reduce that would take 30 s to time out."""
+    i = hal.dist.info()
+    if i.rank == 1:
+        raise ValueError("rank 1 could not open its shard")
+    hal.dist.all_reduce(torch.ones(2), timeout=30)
+    return {"rank": i.rank}

@@ -50,3 +50,12 @@ def test_spawn_kills_ranks_at_the_hard_limit():
     assert time.monotonic() - start < 15
     assert not res.ok
     assert all(o.timed_out for o in res.ranks)
+
+
+def test_a_failed_rank_stops_the_job_without_waiting_for_the_timeout():
+    start = time.monotonic()
+    res = spawn(f"{SCEN}:one_rank_fails", 2, timeout=60, env={"HAL_BACKEND": "cpu"}, peer_grace=1.0)
+    assert time.monotonic() - start < 25
+    assert not res.ok
+    assert res.first_error() == "rank 1: rank 1 could not open its shard"
+    assert res.ranks[0].stopped and not res.ranks[0].timed_out
