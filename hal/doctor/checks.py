@@ -34,9 +34,9 @@ def backends() -> dict:
 
 def devices() -> dict:
     """Device count and model of the selected backend."""
-    import hal
+    from hal.registry import selected_backend
 
-    b = hal.backend()
+    b = selected_backend()
     n = b.device_count()
     if n < 1:
         return _result(FAIL, f"{b.name}: no device visible", count=0)
@@ -60,10 +60,10 @@ def _nvidia_smi_driver() -> str:
 
 def versions() -> dict:
     """driver / runtime / torch / vendor-extension versions, checked against hal/data/compat.json."""
-    import hal
     from hal.doctor import compat
+    from hal.registry import selected_backend
 
-    b = hal.backend()
+    b = selected_backend()
     v = dict(b.versions())
     if b.spec.module and b.vendor_module is not None:
         v[b.spec.module] = str(getattr(b.vendor_module, "__version__", "unknown"))
@@ -185,10 +185,10 @@ def allreduce_rank(nbytes: int = 1 << 20, iters: int = 5) -> dict:
 
 def all_reduce(ranks: int = 2, timeout: float = 30.0) -> dict:
     """A small all-reduce across ``ranks`` local processes, with straggler detection."""
-    import hal
     from hal.dist.launch import spawn
+    from hal.registry import selected_backend
 
-    b = hal.backend()
+    b = selected_backend()
     if b.device_type == "cpu":
         have = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
         if ranks > have:
