@@ -41,9 +41,9 @@ def fallback_report():
 
 
 def __getattr__(name):
-    # ``hal.checkpoint``, ``hal.metrics``, ``hal.transfer``, ``hal.conformance`` and
-    # ``hal.emu`` after a bare ``import hal``, imported on first use
-    if name in ("checkpoint", "metrics", "transfer", "conformance", "emu"):
+    # ``hal.checkpoint``, ``hal.metrics``, ``hal.transfer``, ``hal.conformance``, ``hal.emu``,
+    # ``hal.dist`` and ``hal.doctor`` after a bare ``import hal``, imported on first use
+    if name in ("checkpoint", "metrics", "transfer", "conformance", "emu", "dist", "doctor"):
         import importlib
         return importlib.import_module(f"hal.{name}")
     raise AttributeError(f"module 'hal' has no attribute {name!r}")

@@ -83,3 +83,19 @@ def hal_device_utilization(spec, index):
     :param index: the device index.
     :return: utilisation in percent (0..100), or None when unknown.
     """
+
+
+@hookspec(firstresult=True)
+def hal_c10d_backend(spec):
+    """Name the out-of-tree collective library of ``spec``'s device, for ``hal.dist.init`` to register.
+
+    Called once, on the selected backend's plugin only, before the process group is created.
+    hal registers the result with :func:`hal.dist.register_c10d_backend` (checked, idempotent);
+    return None when the vendor module registers its library itself on import (torch_npu does).
+
+    Stops at first non-None result.
+
+    :param spec: the selected :class:`hal.spec.BackendSpec`.
+    :return: ``{"name": "emuccl", "creator": fn, "devices": ["privateuseone"]}`` (optionally
+        ``"extended_api": True``), or None.
+    """

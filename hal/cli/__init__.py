@@ -20,6 +20,8 @@ COMMANDS = {
     "conformance": "conformance",
     "metrics": "metrics",
     "checkpoint": "checkpoint",
+    "bench": "bench",
+    "doctor": "doctor",
 }
 
 EPILOG = """\
@@ -32,6 +34,8 @@ examples:
   hal conformance --backend emu      the backend contract as a publishable report
   hal metrics summary run.jsonl  throughput drops in a run's metrics
   hal checkpoint ls ckpt/      which checkpoint resume would use, and why not the others
+  hal doctor                   environment checklist: OK / WARN / FAIL
+  hal bench all_reduce -n 2    collective bandwidth, nccl-tests columns
 
 environment:
   HAL_BACKEND                  force a backend (name such as ascend, or device type such as npu)
