@@ -9,6 +9,8 @@ step "hal list: every backend hal knows, and why it is or is not usable here"
 hal list
 step "hal info: the selected backend"
 hal info
+step "hal doctor: the environment checklist (each check in a time-limited subprocess)"
+hal doctor || echo "(hal doctor exit code $?: 0 OK, 1 WARN, 2 FAIL)"
 step "op_coverage scan: the bundled example model against Ascend, TensorRT, OpenVINO and onnxruntime-CUDA"
 rc=0
 op_coverage scan -t ascend,tensorrt,openvino,ort-cuda || rc=$?
