@@ -48,6 +48,15 @@ hal_backend_specs, hal_backend_probe, hal_backend_load, hal_op_support = _plugin
 
 
 @hookimpl
+def hal_c10d_backend(spec):
+    """``emuccl``, the out-of-tree c10d backend (gloo on host memory) for the ``emu`` device."""
+    if spec.name != _plugin.spec.name:
+        return None
+    from hal.emu._ccl import c10d_entry
+    return c10d_entry()
+
+
+@hookimpl
 def hal_torch_op_profile(spec):
     """The profile ``HAL_BACKEND=emu hal probe --out hal/data/emu_op_profile.json`` wrote."""
     if spec.name != _plugin.spec.name:

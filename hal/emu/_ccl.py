@@ -97,11 +97,19 @@ def _create(opts, pg_options=None):
 def register_c10d_backend() -> bool:
     """Register ``emuccl`` for the ``emu`` device with torch.distributed (once per process).
 
-    Returns True when this call registered it, False when it already was.
+    Goes through :func:`hal.dist.register_c10d_backend`, the checked path every vendor CCL
+    takes.  Returns True when this call registered it, False when it already was.
     """
     if not dist.is_available():
         return False
-    if NAME in dist.Backend.backend_list or hasattr(dist.Backend, NAME.upper()):
+    from hal.dist.register import registered_backends, register_c10d_backend as register
+
+    if NAME in registered_backends():
         return False
-    dist.Backend.register_backend(NAME, _create, extended_api=True, devices=[DEVICE_TYPE])
+    register(NAME, _create, devices=[DEVICE_TYPE], extended_api=True)
     return True
+
+
+def c10d_entry() -> dict:
+    """What the emulator plugin's ``hal_c10d_backend`` hook returns."""
+    return {"name": NAME, "creator": _create, "devices": [DEVICE_TYPE], "extended_api": True}

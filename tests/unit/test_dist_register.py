@@ -33,7 +33,7 @@ def test_a_device_string_is_one_device_not_its_letters(torch_backend_state):
     assert not {"n", "p", "u"} & set(dist.Backend.default_device_backend_map)
     assert dist.Backend.backend_capability["halccl"] == ["npuemu"]
     assert "halccl" in dist.Backend.backend_list
-    assert registered_backends() == {"halccl": ["npuemu"]}
+    assert registered_backends()["halccl"] == ["npuemu"]
 
 
 def test_registering_the_same_creator_twice_is_a_no_op(torch_backend_state):
@@ -54,10 +54,11 @@ def test_registering_the_same_creator_twice_is_a_no_op(torch_backend_state):
 ])
 def test_bad_registration_is_refused_and_changes_nothing(torch_backend_state, kwargs, message):
     before = (list(dist.Backend.backend_list), dict(dist.Backend.default_device_backend_map))
+    before_hal = registered_backends()
     with pytest.raises(DistError, match=message):
         register_c10d_backend(**kwargs)
     assert (list(dist.Backend.backend_list), dict(dist.Backend.default_device_backend_map)) == before
-    assert registered_backends() == {}
+    assert registered_backends() == before_hal
 
 
 PLUGIN = '''
@@ -101,7 +102,7 @@ def test_the_selected_plugin_registers_its_ccl_through_the_hook(torch_backend_st
     hal.reset_registry()
     try:
         hal.dist.init(timeout=10)
-        assert registered_backends() == {"toyccl": ["toydev"]}
+        assert registered_backends()["toyccl"] == ["toydev"]
         assert dist.Backend.default_device_backend_map["toydev"] == "toyccl"
     finally:
         hal.dist.destroy()
