@@ -1,0 +1,124 @@
+"""Gemm and Einsum as MatMul, Transpose, Mul, Add and ReduceSum."""
+from __future__ import annotations
+
+
+from ._base import NUMERIC, Builder, Decline, Rule, attr, only_attrs, reduce, squeeze, unsqueeze
+
+
+def _gemm(b: Builder, node) -> None:
+    only_attrs(node, "gemm.matmul", {"alpha": None, "beta": None, "transA": {0, 1}, "transB": {0, 1},
+                                      "broadcast": {0, 1}})
+    a, w = node.input[0], node.input[1]
+    c = node.input[2] if len(node.input) > 2 and node.input[2] else None
+    alpha, beta = float(attr(node, "alpha", 1.0)), float(attr(node, "beta", 1.0))
+    if attr(node, "transA", 0):
+        a = b.op("Transpose", a, perm=[1, 0])
+    if attr(node, "transB", 0):
+        w = b.op("Transpose", w, perm=[1, 0])
+    out = node.output[0]
+    has_c = c is not None and beta != 0.0
+    y = b.op("MatMul", a, w, outputs=None if (alpha != 1.0 or has_c) else [out])
+    if alpha != 1.0:
+        y = b.op("Mul", y, b.const(alpha, like=node.input[0]), outputs=None if has_c else [out])
+    if has_c:
+        if beta != 1.0:
+            c = b.op("Mul", c, b.const(beta, like=c))
+        b.op("Add", y, c, outputs=[out])
+
+
+def _parse_equation(eq: str, n_inputs: int):
+    eq = eq.replace(" ", "")
+    if "..." in eq:
+        raise Decline("einsum: equations with '...' are not handled")
+    if "->" not in eq:
+        raise Decline("einsum: implicit-output equations are not handled; write the output after '->'")
+    lhs, out = eq.split("->")
+    terms = lhs.split(",")
+    if len(terms) != n_inputs:
+        raise Decline(f"einsum: equation has {len(terms)} operands, node has {n_inputs} inputs")
+    for t in terms + [out]:
+        if len(set(t)) != len(t):
+            raise Decline(f"einsum: repeated index in {t!r} (diagonal) is not handled")
+    return terms, out
+
+
+def _einsum_matmul(b: Builder, node) -> None:
+    """Two operands, at most one free index per side and exactly one contracted index: MatMul."""
+    terms, out = _parse_equation(attr(node, "equation").decode(), len(node.input))
+    if len(terms) != 2:
+        raise Decline("einsum.matmul: needs exactly two operands")
+    ta, tb = terms
+    summed_a = [c for c in ta if c not in tb and c not in out]
+    summed_b = [c for c in tb if c not in ta and c not in out]
+    x, y = node.input
+    if summed_a:
+        x = reduce(b, "ReduceSum", x, [ta.index(c) for c in summed_a], keepdims=0)
+        ta = "".join(c for c in ta if c not in summed_a)
+    if summed_b:
+        y = reduce(b, "ReduceSum", y, [tb.index(c) for c in summed_b], keepdims=0)
+        tb = "".join(c for c in tb if c not in summed_b)
+    batch = [c for c in ta if c in tb and c in out]
+    contracted = [c for c in ta if c in tb and c not in out]
+    left = [c for c in ta if c not in tb]
+    right = [c for c in tb if c not in ta]
+    if len(contracted) != 1 or len(left) > 1 or len(right) > 1:
+        raise Decline(f"einsum.matmul: {ta},{tb}->{out} is not one batched matrix product "
+                      "(needs one contracted index and at most one free index per operand)")
+    k = contracted[0]
+    order_a = batch + left + [k]
+    order_b = batch + [k] + right
+    if list(ta) != order_a:
+        x = b.op("Transpose", x, perm=[ta.index(c) for c in order_a])
+    if list(tb) != order_b:
+        y = b.op("Transpose", y, perm=[tb.index(c) for c in order_b])
+    nb = len(batch)
+    if not left:
+        x = unsqueeze(b, x, [nb])
+    if not right:
+        y = unsqueeze(b, y, [nb + 1])
+    z = b.op("MatMul", x, y)
+    produced = batch + left + right
+    drop = ([nb] if not left else []) + ([nb + len(left)] if not right else [])
+    final_order = [produced.index(c) for c in out]
+    if drop:
+        z = squeeze(b, z, drop, outputs=None if final_order != list(range(len(out))) else [node.output[0]])
+    if final_order != list(range(len(out))):
+        b.op("Transpose", z, perm=final_order, outputs=[node.output[0]])
+    elif not drop:
+        b.op("Identity", z, outputs=[node.output[0]])
+
+
+def _einsum_mul_reduce(b: Builder, node) -> None:
+    """Any explicit equation without diagonals: align operands, multiply, ReduceSum summed indices."""
+    terms, out = _parse_equation(attr(node, "equation").decode(), len(node.input))
+    letters = list(out) + sorted({c for t in terms for c in t} - set(out))
+    aligned = []
+    for name, t in zip(node.input, terms):
+        present = [c for c in letters if c in t]
+        x = name
+        if list(t) != present:
+            x = b.op("Transpose", x, perm=[t.index(c) for c in present])
+        missing = [i for i, c in enumerate(letters) if c not in t]
+        if missing:
+            x = unsqueeze(b, x, missing)
+        aligned.append(x)
+    prod = aligned[0]
+    for x in aligned[1:]:
+        prod = b.op("Mul", prod, x)
+    summed = list(range(len(out), len(letters)))
+    if summed:
+        reduce(b, "ReduceSum", prod, summed, keepdims=0, outputs=[node.output[0]])
+    else:
+        b.op("Identity", prod, outputs=[node.output[0]])
+
+
+RULES = (
+    Rule("gemm.matmul", "Gemm", _gemm, since=7, dtypes=NUMERIC,
+         note="Transpose (transA/transB) + MatMul, Mul by alpha, Add beta*C; exact"),
+    Rule("einsum.matmul", "Einsum", _einsum_matmul, since=12, dtypes=NUMERIC,
+         note="batched matrix products (bij,bjk->bik, bhqd,bhkd->bhqk, ij,j->i ...) as one MatMul"),
+    Rule("einsum.mul-reducesum", "Einsum", _einsum_mul_reduce, since=12, dtypes=NUMERIC,
+         note="any explicit equation without '...' or diagonals: broadcast Mul then ReduceSum "
+              "(materialises the outer product: memory grows with every index)"),
+)
+
