@@ -27,6 +27,11 @@ from .expand import has_body
 from .rules import rules_for
 
 
+#: numpy dtypes onnxruntime's Python API takes and returns (no bfloat16, float8, int4 ... arrays)
+ORT_FEEDABLE = {"float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
+                "uint64", "bool", "str", "object"}
+
+
 @dataclass
 class CaseResult:
     case: str
@@ -85,8 +90,14 @@ def run_case(case, base) -> CaseResult:
         return CaseResult(case.name, op, "failed", f"onnxruntime rejects the rewrite: {str(e).splitlines()[0][:200]}",
                           via)
     for inputs, outputs in case.data_sets:
-        if not all(isinstance(x, np.ndarray) for x in list(inputs) + list(outputs)):
+        if not all(isinstance(x, (np.ndarray, np.generic)) for x in list(inputs) + list(outputs)):
             return CaseResult(case.name, op, "declined", "non-tensor inputs or outputs (sequence/optional)", via)
+        inputs = [np.asarray(x) for x in inputs]
+        odd = sorted({x.dtype.name for x in list(inputs) + [np.asarray(o) for o in outputs]
+                      if x.dtype.name not in ORT_FEEDABLE})
+        if odd:
+            return CaseResult(case.name, op, "declined", f"the onnxruntime Python API cannot feed or return "
+                              f"{', '.join(odd)} arrays, so the case cannot be run here", via)
         try:
             got = sess.run(None, dict(zip(names, inputs)))
         except Exception as e:  # noqa: BLE001

@@ -54,9 +54,8 @@ def _mod(b: Builder, node) -> None:
         raise Decline("mod.arith: input dtype unknown")
     fmod = attr(node, "fmod", 0)
     if d in FLOATS:
-        if not fmod:
-            raise Decline("mod.arith: float Mod requires fmod=1 (the ONNX spec)")
-        q = _trunc(b, b.op("Div", a, m))
+        q = b.op("Div", a, m)
+        q = _trunc(b, q) if fmod else b.op("Floor", q)  # fmod=1: C fmod; fmod=0: numpy mod (sign of m)
         b.op("Sub", a, b.op("Mul", m, q), outputs=[node.output[0]])
         return
     if d not in INTS:

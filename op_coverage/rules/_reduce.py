@@ -55,11 +55,26 @@ def _cumsum(b: Builder, node) -> None:
     if d not in FLOATS | {"int32", "int64"}:
         raise Decline(f"cumsum.matmul: dtype {d or 'unknown'} not handled (float types, int32, int64)")
     a = b.const_value(axis_in)
-    if a is None:
-        raise Decline("cumsum.matmul: axis input is not a constant")
     r = need_rank(b, x, "cumsum.matmul")
-    axis = int(np.asarray(a).reshape(-1)[0]) % r
     exclusive, reverse = attr(node, "exclusive", 0), attr(node, "reverse", 0)
+    if a is None:
+        if r == 1:
+            _cumsum_along(b, x, 0, r, d, exclusive, reverse, node.output[0])
+            return
+        # axis known only at run time: one scan per axis, the right one picked with Where
+        ax = b.op("Reshape", b.op("Cast", axis_in, to=dtype_enum("int64")), b.ints([]))
+        ax = b.op("Mod", b.op("Add", ax, b.scalar_int(r)), b.scalar_int(r))
+        acc = None
+        for k in range(r):
+            yk = _cumsum_along(b, x, k, r, d, exclusive, reverse, None)
+            acc = yk if acc is None else b.op("Where", b.op("Equal", ax, b.scalar_int(k)), yk, acc,
+                                               outputs=[node.output[0]] if k == r - 1 else None)
+        return
+    axis = int(np.asarray(a).reshape(-1)[0]) % r
+    _cumsum_along(b, x, axis, r, d, exclusive, reverse, node.output[0])
+
+
+def _cumsum_along(b: Builder, x: str, axis: int, r: int, d: str, exclusive: int, reverse: int, out):
     perm = list(range(r))
     perm[axis], perm[-1] = perm[-1], perm[axis]
     xt = b.op("Transpose", x, perm=perm) if axis != r - 1 else x
@@ -70,9 +85,11 @@ def _cumsum(b: Builder, node) -> None:
     rows = b.op("Unsqueeze", idx, b.ints([1])) if b.opset >= 13 else b.op("Unsqueeze", idx, axes=[1])
     cmp = {(0, 0): "LessOrEqual", (1, 0): "Less", (0, 1): "GreaterOrEqual", (1, 1): "Greater"}[(exclusive, reverse)]
     tri = b.op("Cast", b.op(cmp, rows, idx), to=dtype_enum(d))
-    y = b.op("MatMul", xt, tri, outputs=None if axis != r - 1 else [node.output[0]])
+    outs = [out] if out else None
+    y = b.op("MatMul", xt, tri, outputs=None if axis != r - 1 else outs)
     if axis != r - 1:
-        b.op("Transpose", y, perm=perm, outputs=[node.output[0]])
+        y = b.op("Transpose", y, perm=perm, outputs=outs)
+    return y
 
 
 def _global_pool(red: str):

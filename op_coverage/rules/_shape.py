@@ -72,7 +72,7 @@ def _depth_space(to_space: bool):
             b.op("Reshape", t, b.ints([n, c // bs // bs, h * bs, w * bs]), outputs=[node.output[0]])
         else:
             t = b.op("Reshape", x, b.ints([n, c, h // bs, bs, w // bs, bs]))
-            t = b.op("Transpose", t, perm=[0, 3, 5, 1, 2, 4])
+            t = b.op("Transpose", t, perm=[0, 3, 5, 1, 2, 4] if mode == "DCR" else [0, 1, 3, 5, 2, 4])
             b.op("Reshape", t, b.ints([n, c * bs * bs, h // bs, w // bs]), outputs=[node.output[0]])
     return build
 
