@@ -225,7 +225,7 @@ class Planner:
                         reasons += [f"{rule.name} -> {r}" for r in p.reasons[:3]]
                 continue
             cand = NodePlan(True, [n for p in parts for n in p.nodes], [rule.name] + [r for p in parts for r in p.rules],
-                            sum(p.cost for p in parts), max([rule.quality] + [p.quality for p in parts]),
+                            rule.penalty + sum(p.cost for p in parts), max([rule.quality] + [p.quality for p in parts]),
                             sum((p.leaves for p in parts), Counter()))
             if best is None or (cand.quality, cand.cost) < (best.quality, best.cost):
                 best = cand
@@ -310,3 +310,32 @@ def _small(t: onnx.TensorProto) -> bool:
     for d in t.dims:
         n *= d
     return n <= 4096
+
+
+def fill_replacements(model: onnx.ModelProto, rows: dict, profiles: list) -> None:
+    """Set ``row.replacement`` for every op type some target does not run natively.
+
+    ``replacement`` maps target name -> the plan summary of the op type's first node there
+    (``{"status": "replaceable", "via": [...], "leaves": [...], ...}`` or
+    ``{"status": "blocked", "blocked_by": [...], "reasons": [...]}``).  Planning never fails a
+    scan: an unexpected error is recorded as ``{"status": "error", "reason": ...}``.
+    """
+    from .rewrite import rewrite_model
+    for p in profiles:
+        todo = [r for r in rows.values() if r.support.get(p.name, {}).get("status") not in (None, "native")]
+        if not todo:
+            continue
+        try:
+            res = rewrite_model(model, p)
+            found = {**res.plans, **res.blocked}
+        except Exception as e:  # noqa: BLE001 - the scan report must survive a planner bug
+            found = {}
+            err = {"status": "error", "reason": f"{type(e).__name__}: {e}"[:300]}
+        else:
+            err = None
+        for r in todo:
+            plan = found.get(r.label) or err
+            if plan is None:
+                continue
+            r.replacement = dict(r.replacement or {})
+            r.replacement[p.name] = plan

@@ -66,6 +66,14 @@ def render_model(m: ModelReport, color: bool, width: int) -> list[str]:
             for t, s in bad:
                 lines += textwrap.wrap(f"{t}: {s['status']}: {s['reason']}", width, initial_indent="    ",
                                        subsequent_indent="      ")
+                plan = (r.replacement or {}).get(t)
+                if plan and plan["status"] == "replaceable":
+                    lines += textwrap.wrap(f"replaceable via {' > '.join(plan['via'])} ({plan['nodes']} nodes: "
+                                           f"{', '.join(plan['leaves'])})", width, initial_indent="      ",
+                                           subsequent_indent="        ")
+                elif plan and plan["status"] == "blocked":
+                    lines += textwrap.wrap(f"no replacement: blocked by {', '.join(plan['blocked_by'])}", width,
+                                           initial_indent="      ", subsequent_indent="        ")
         lines.append("")
     lines.append("Coverage (native share)         by node   by op type   fallback  unsupported")
     for t in m.targets:

@@ -44,6 +44,7 @@ class Rule:
     dtypes: frozenset = frozenset()
     note: str = ""
     quality: int = 0  # 0 exact; 1 approximate, tight bound; 2 approximate, loose bound (planner prefers low)
+    penalty: float = 0.0  # extra cost beyond the emitted nodes (e.g. a materialised outer product)
 
     def apply(self, b: "Builder", node: onnx.NodeProto) -> None:
         """Emit the replacement of *node* into *b*, or raise :class:`Decline` with the reason."""

@@ -119,6 +119,6 @@ RULES = (
          note="batched matrix products (bij,bjk->bik, bhqd,bhkd->bhqk, ij,j->i ...) as one MatMul"),
     Rule("einsum.mul-reducesum", "Einsum", _einsum_mul_reduce, since=12, dtypes=NUMERIC,
          note="any explicit equation without '...' or diagonals: broadcast Mul then ReduceSum "
-              "(materialises the outer product: memory grows with every index)"),
+              "(materialises the outer product: memory grows with every index)", penalty=10.0),
 )
 
