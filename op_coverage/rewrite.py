@@ -79,6 +79,8 @@ def rewrite_model(model: onnx.ModelProto, profile: SupportProfile, *, max_depth:
                     do_graph(sub, ni.attribute[a_i].graphs[k] if ni is not n else sub, env,
                              f"{path}/{n.name}.{a.name}[{k}]", opsets)
             if (n.domain, n.op_type) in local:
+                calls.setdefault((n.domain, n.op_type), []).append(
+                    [(env.types.get(x), env.shapes.get(x)) if x else (None, None) for x in n.input])
                 new_nodes.append(n)
                 continue
             if planner.is_native(n, env, path):
@@ -100,12 +102,30 @@ def rewrite_model(model: onnx.ModelProto, profile: SupportProfile, *, max_depth:
         g.node.extend(new_nodes)
 
     local = {(f.domain, f.name) for f in out.functions}
+    calls: dict = {}  # (domain, name) -> [[(dtype, shape) per actual input] per call site]
     do_graph(out.graph, info.graph, None, "main", opsets)
     for f in out.functions:
         fops = dict(opsets)
         fops.update({norm_domain(i.domain): i.version for i in f.opset_import})
-        do_graph(f, f, None, f"function:{f.domain}.{f.name}", fops)
+        do_graph(f, f, _function_env(f, calls.get((f.domain, f.name), []), fops), f"function:{f.domain}.{f.name}",
+                 fops)
     return res
+
+
+def _function_env(f: onnx.FunctionProto, sites: list, opsets: dict) -> Env:
+    """Types inside a function body, from its call sites when they all agree (then inferred through the body)."""
+    from .plan import infer_into
+    env = Env(opsets=opsets)
+    for i, formal in enumerate(f.input):
+        seen = {s[i][0] for s in sites if i < len(s)}
+        if len(seen) == 1 and None not in seen:
+            env.types[formal] = seen.pop()
+            shapes = {tuple(s[i][1]) if s[i][1] is not None else None for s in sites}
+            if len(shapes) == 1 and None not in shapes:
+                env.shapes[formal] = list(shapes.pop())
+    if env.types:
+        infer_into(list(f.node), env)
+    return env
 
 
 # -- the library call behind ``op_coverage rewrite`` --------------------------------------------
@@ -163,11 +183,6 @@ class RewriteReport:
                 "rescan": self.rescan, "problems": self.problems, "exit_code": self.exit_code()}
 
 
-def _has_external(model: onnx.ModelProto) -> bool:
-    from .load import _iter_tensors
-    return any(t.data_location == onnx.TensorProto.EXTERNAL for t in _iter_tensors(model))
-
-
 def _save(model: onnx.ModelProto, path: Path, external: bool) -> str | None:
     """Save *model* to *path*; large tensors go to ``<name>.data`` beside it when *external*."""
     if external:
@@ -214,7 +229,7 @@ def rewrite(path, target: str, output, *, profiles: list | None = None, without_
     model = onnx.load(str(src), load_external_data=True)
     res = rewrite_model(model, profile, max_depth=max_depth, types_from=loaded.model)
     report = RewriteReport(str(src), str(out), profile.name, res)
-    external = _has_external(model) or model.ByteSize() > 1_800_000_000
+    external = bool(loaded.external_files) or model.ByteSize() > 1_800_000_000
     with tempfile.TemporaryDirectory(prefix=".op_coverage-", dir=out.parent) as tmp:
         tmp_model = Path(tmp) / out.name
         try:
