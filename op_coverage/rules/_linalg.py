@@ -30,8 +30,9 @@ def _parse_equation(eq: str, n_inputs: int):
     eq = eq.replace(" ", "")
     if "..." in eq:
         raise Decline("einsum: equations with '...' are not handled")
-    if "->" not in eq:
-        raise Decline("einsum: implicit-output equations are not handled; write the output after '->'")
+    if "->" not in eq:  # implicit output: the indices that occur once, in alphabetical order
+        letters = eq.replace(",", "")
+        eq = eq + "->" + "".join(sorted(c for c in set(letters) if letters.count(c) == 1))
     lhs, out = eq.split("->")
     terms = lhs.split(",")
     if len(terms) != n_inputs:
@@ -78,7 +79,7 @@ def _einsum_matmul(b: Builder, node) -> None:
         y = unsqueeze(b, y, [nb + 1])
     z = b.op("MatMul", x, y)
     produced = batch + left + right
-    drop = ([nb] if not left else []) + ([nb + len(left)] if not right else [])
+    drop = ([nb] if not left else []) + ([nb + 1] if not right else [])  # MatMul output: [B..., L|1, R|1]
     final_order = [produced.index(c) for c in out]
     if drop:
         z = squeeze(b, z, drop, outputs=None if final_order != list(range(len(out))) else [node.output[0]])
