@@ -13,7 +13,6 @@ from __future__ import annotations
 import warnings
 from collections import ChainMap, Counter
 from dataclasses import dataclass, field
-from functools import lru_cache
 from typing import Callable
 
 import numpy as np
@@ -24,6 +23,7 @@ from .expand import body_rule, has_body
 from .inventory import NodeInfo, _schema_version, dtype_name, norm_domain
 from .profile import SupportProfile
 from .rules import Builder, Decline, Rule, rules_for
+from .schema_types import fixed_type_inputs
 from .rules._base import dtype_enum
 
 MAX_DEPTH = 6
@@ -78,32 +78,10 @@ def _label(domain: str, op: str) -> str:
     return op if domain == "ai.onnx" else f"{domain}::{op}"
 
 
-@lru_cache(maxsize=None)
-def _fixed_type_inputs(op: str, domain: str, opset: int | None) -> frozenset:
-    """Input positions whose type the schema fixes (Where's bool condition, Xor's bools...).
-
-    Profiles list the types an implementation registers for the *polymorphic* type constraints,
-    so the dtype of a fixed-type input must not be checked against that list.
-    """
-    if opset is None:
-        return frozenset()
-    try:
-        s = onnx.defs.get_schema(op, opset, "" if domain == "ai.onnx" else domain)
-    except onnx.defs.SchemaError:
-        return frozenset()
-    allowed = {c.type_param_str: len(c.allowed_type_strs) for c in s.type_constraints}
-    fixed = set()
-    for i, f in enumerate(s.inputs):
-        n = allowed.get(f.type_str)
-        if n is None or n == 1:  # a concrete type ("tensor(int64)") or a one-type constraint
-            fixed.add(i)
-    return frozenset(fixed)
-
-
 def node_info(node: onnx.NodeProto, env: Env, path: str = "main") -> NodeInfo:
     dom = norm_domain(node.domain)
     opset = env.opsets.get(dom)
-    fixed = _fixed_type_inputs(node.op_type, dom, opset)
+    fixed = fixed_type_inputs(node.op_type, dom, opset)
     return NodeInfo(name=node.name or node.op_type, op_type=node.op_type, domain=dom, opset=opset,
                     version=_schema_version(node.op_type, dom, opset), path=path,
                     input_dtypes=[env.types.get(x) if x and i not in fixed else None
