@@ -56,7 +56,17 @@ def _mod(b: Builder, node) -> None:
     if d in FLOATS:
         q = b.op("Div", a, m)
         q = _trunc(b, q) if fmod else b.op("Floor", q)  # fmod=1: C fmod; fmod=0: numpy mod (sign of m)
-        b.op("Sub", a, b.op("Mul", m, q), outputs=[node.output[0]])
+        r = b.op("Sub", a, b.op("Mul", m, q))
+        # an infinite divisor: inf * 0 would give NaN; C fmod gives a, numpy mod gives a when a has
+        # m's sign (or is 0) and m otherwise
+        inf_m = b.op("And", b.op("IsInf", m), b.op("Not", b.op("IsInf", a)))
+        if fmod:
+            pick = a
+        else:
+            zero = b.const(0, like=a)
+            same = b.op("Or", b.op("Equal", a, zero), b.op("Equal", b.op("Less", a, zero), b.op("Less", m, zero)))
+            pick = b.op("Where", same, a, m)
+        b.op("Where", inf_m, pick, r, outputs=[node.output[0]])
         return
     if d not in INTS:
         raise Decline(f"mod.arith: dtype {d} not handled")
@@ -91,8 +101,8 @@ RULES = (
     Rule("sign.compare", "Sign", _sign, since=9, dtypes=NUMERIC,
          note="Cast(x > 0) - Cast(x < 0); NaN gives 0 instead of NaN"),
     Rule("mod.arith", "Mod", _mod, since=10, dtypes=NUMERIC,
-         note="a - m*trunc(a/m), sign fixed without Where for fmod=0 integers; float results may differ "
-              "in the last ulp for large quotients"),
+         note="a - m*trunc(a/m) (fmod=1) or a - m*floor(a/m) (fmod=0), infinite divisors handled with Where; "
+              "integer sign fixed without Where; float results may differ in the last ulp for large quotients"),
     Rule("where.arith", "Where", _where_arith, since=9, dtypes=frozenset(),
          note="c*x + (1-c)*y for numeric types; inf/NaN in the branch not taken leak into the result",
          quality=1),

@@ -52,6 +52,13 @@ CASES = {
     "onehot-axis0": ("g (int64[3] i) => (float[4,3] y) { d = Constant <value = int64 {4}> () "
                      "v = Constant <value = float[2] {0.0, 5.0}> () y = OneHot <axis=0> (i, d, v) }", "OneHot",
                      "onehot.where"),
+    "scatternd-without-any-scatter": (
+        "g (float[4,3] x, float[2,3] u) => (float[4,3] y) { i = Constant <value = int64[2,1] {3, 1}> () "
+        "y = ScatterND(x, i, u) }", "ScatterND,ScatterElements", "scatternd.onehot-matmul"),
+    "topk-k1": ("g (float[3,6] x) => (float[3,1] v, int64[3,1] i) { k = Constant <value = int64[1] {1}> () "
+                "v, i = TopK <axis=1> (x, k) }", "TopK", "topk.k1-reduce"),
+    "topk-k3-smallest": ("g (float[3,6] x) => (float[3,3] v, int64[3,3] i) { k = Constant <value = int64[1] {3}> () "
+                         "v, i = TopK <axis=1, largest=0> (x, k) }", "TopK", "topk.rank-onehot"),
     "expand": ("g (float[3,1] x) => (float[2,3,4] y) { s = Constant <value = int64[3] {2, 3, 4}> () "
                "y = Expand(x, s) }", "Expand", "expand.mul"),
 }
@@ -93,7 +100,8 @@ def test_every_rule_has_a_case_or_conformance_coverage():
                       "reducel1.compose", "reducel2.compose", "reducesumsquare.compose", "reducelogsum.compose",
                       "globalmaxpool.reduce", "depthtospace.reshape", "spacetodepth.reshape", "trilu.where",
                       "onehot.mul", "erf.series-as7126", "erf.as7126", "com.microsoft.gelu",
-                      "simplifiedlayernorm.reduce"}
+                      "simplifiedlayernorm.reduce", "gatherelements.gather", "scatternd.scatterelements",
+                      "resize.nearest-repeat"}
     assert {r.name for r in RULES} <= covered | by_conformance
 
 
