@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import math
 
-from ._base import FLOATS, Builder, Decline, Rule, float_only, only_attrs
+from ._base import FLOATS, Builder, Decline, Rule, attr, float_only, only_attrs
 
 # Abramowitz & Stegun, Handbook of Mathematical Functions (1964), formula 7.1.26:
 # erf(x) = 1 - (a1 t + a2 t^2 + a3 t^3 + a4 t^4 + a5 t^5) exp(-x^2), t = 1 / (1 + p x), x >= 0,
@@ -70,6 +70,15 @@ def gelu_tanh(b: Builder, x: str, out: str) -> None:
     b.op("Mul", half_x, b.op("Add", t, b.const(1.0, like=x)), outputs=[out])
 
 
+def _onnx_gelu(b: Builder, node) -> None:
+    only_attrs(node, "gelu.pattern", {"approximate": {"none", "tanh"}})
+    x = node.input[0]
+    float_only(b, x, "gelu.pattern")
+    approx = attr(node, "approximate", b"none")
+    approx = approx.decode() if isinstance(approx, bytes) else approx
+    (gelu_tanh if approx == "tanh" else gelu_erf)(b, x, node.output[0])
+
+
 def _fast_gelu(b: Builder, node) -> None:
     only_attrs(node, "com.microsoft.fastgelu", {})
     x = node.input[0]
@@ -104,6 +113,9 @@ RULES = (
     Rule("erf.as7126", "Erf", _erf_plain, since=9, dtypes=FLOATS,
          note="Abramowitz-Stegun 7.1.26 with sign x/(|x|+tiny): no Where, no Sign; abs. error <= 1.5e-7 "
               "plus float rounding, relative error large for |x| < 1e-6", quality=2),
+    Rule("gelu.pattern", "Gelu", _onnx_gelu, since=20, dtypes=FLOATS,
+         note="x/sqrt2 -> Erf -> +1 -> *x -> *0.5 (or the tanh form): the patterns onnxruntime's GeluFusion / "
+              "FastGeluFusion re-fuse; exact"),
     Rule("com.microsoft.fastgelu", "FastGelu", _fast_gelu, domain="com.microsoft", dtypes=FLOATS,
          note="tanh GELU of (X + bias), as onnxruntime's FastGelu kernel"),
     Rule("com.microsoft.biasgelu", "BiasGelu", _bias_gelu, domain="com.microsoft", dtypes=FLOATS,

@@ -58,6 +58,27 @@ def _skip_layer_norm(b: Builder, node) -> None:
     b.op("LayerNormalization", *args, axis=-1, epsilon=attr(node, "epsilon", 1e-12), outputs=[outs[0]])
 
 
+def _layer_norm(b: Builder, node) -> None:
+    """The pattern PyTorch's TorchScript exporter wrote and onnxruntime's LayerNormFusion recognises."""
+    rule = "layernorm.reducemean"
+    only_attrs(node, rule, {"axis": None, "epsilon": None, "stash_type": {1}})
+    if len([o for o in node.output if o]) > 1:
+        raise Decline(f"{rule}: Mean / InvStdDev outputs are not handled")
+    x = node.input[0]
+    r = need_rank(b, x, rule)
+    axis = attr(node, "axis", -1) % r
+    axes = list(range(axis, r))
+    mean = reduce(b, "ReduceMean", x, axes, 1)
+    xc = b.op("Sub", x, mean)
+    var = reduce(b, "ReduceMean", b.op("Pow", xc, b.const(2.0, like=x)), axes, 1)
+    std = b.op("Sqrt", b.op("Add", var, b.const(attr(node, "epsilon", 1e-5), like=x)))
+    ins = list(node.input) + ["", ""]
+    has_bias = bool(ins[2])
+    y = b.op("Mul", b.op("Div", xc, std), ins[1], outputs=None if has_bias else [node.output[0]])
+    if has_bias:
+        b.op("Add", y, ins[2], outputs=[node.output[0]])
+
+
 def _simplified_layer_norm(b: Builder, node) -> None:
     """SimplifiedLayerNormalization (onnxruntime contrib op in the ai.onnx domain) = RMSNorm: x / sqrt(mean(x^2) + eps) * scale."""
     only_attrs(node, "simplifiedlayernorm.reduce", {"axis": {-1}, "epsilon": None, "stash_type": {1}})
@@ -70,6 +91,9 @@ def _simplified_layer_norm(b: Builder, node) -> None:
 
 
 RULES = (
+    Rule("layernorm.reducemean", "LayerNormalization", _layer_norm, since=17, dtypes=FLOATS,
+         note="ReduceMean/Sub/Pow/ReduceMean/Add/Sqrt/Div/Mul/Add over axis..-1: the pattern onnxruntime's "
+              "LayerNormFusion re-fuses; computes in the input dtype (stash_type=1 is exact for float32)"),
     Rule("instancenorm.reduce", "InstanceNormalization", _instance_norm, since=6, dtypes=FLOATS,
          note="ReduceMean / Sub / Mul / Sqrt / Div over the spatial axes, per-channel scale and bias"),
     Rule("batchnorm.inference", "BatchNormalization", _batch_norm, since=7, dtypes=FLOATS,
