@@ -20,6 +20,7 @@ from .targets import load_targets  # noqa: E402
 def list_targets(profile_files=None) -> list[dict]:
     """Every known target with its kind, provenance and caveats (what ``op_coverage targets`` prints)."""
     ts = load_targets(profile_files)
+    ts.load_plugins()
     ts.get("ort-live")
     out = []
     for p in ts.profiles.values():

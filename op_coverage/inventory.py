@@ -55,9 +55,17 @@ class NodeInfo:
     def key(self) -> tuple[str, str]:
         return (self.domain, self.op_type)
 
+    typed_inputs: list[bool] | None = None  # which inputs a schema type parameter constrains
+
     @property
     def known_dtypes(self) -> list[str]:
-        return sorted({d for d in self.input_dtypes if d})
+        """Element types of the inputs that the op's type constraints govern.
+
+        Inputs of a fixed type (``axes: tensor(int64)`` of ReduceMean) are left out: kernel
+        tables list types per type constraint, so counting them would invent a dtype problem.
+        """
+        mask = self.typed_inputs or [True] * len(self.input_dtypes)
+        return sorted({d for d, m in zip(self.input_dtypes, mask) if d and m})
 
 
 @dataclass
@@ -82,13 +90,25 @@ class Inventory:
         return c
 
 
-def _schema_version(op_type: str, domain: str, opset: int | None) -> int | None:
+def _schema(op_type: str, domain: str, opset: int | None):
     if opset is None:
         return None
     try:
-        return onnx.defs.get_schema(op_type, opset, "" if domain == ONNX_DOMAIN else domain).since_version
+        return onnx.defs.get_schema(op_type, opset, "" if domain == ONNX_DOMAIN else domain)
     except onnx.defs.SchemaError:
         return None
+
+
+def _typed_inputs(schema, n_inputs: int) -> list[bool] | None:
+    if schema is None or not schema.inputs:
+        return None
+    params = {c.type_param_str for c in schema.type_constraints}
+    formal = list(schema.inputs)
+    mask = []
+    for i in range(n_inputs):
+        f = formal[min(i, len(formal) - 1)]
+        mask.append(f.type_str in params)
+    return mask
 
 
 def _value_types(g: onnx.GraphProto) -> dict[str, tuple[str | None, list | None]]:
@@ -145,13 +165,15 @@ def build_inventory(loaded: LoadedModel) -> Inventory:
                 for t in a.tensors:
                     wbytes += tensor_bytes(t)
             fn = local.get((n.domain, n.op_type))
+            schema = _schema(n.op_type, dom, opsets.get(dom)) if fn is None else None
             info = NodeInfo(
                 name=name, op_type=n.op_type, domain=dom, opset=opsets.get(dom),
-                version=_schema_version(n.op_type, dom, opsets.get(dom)), path=path,
+                version=schema.since_version if schema is not None else None, path=path,
                 input_dtypes=[types.get(x, (None, None))[0] if x else None for x in n.input],
                 input_shapes=[types.get(x, (None, None))[1] if x else None for x in n.input],
                 inputs=list(n.input), outputs=list(n.output), weight_bytes=wbytes, generated_name=generated,
-                function=f"{fn.domain}.{fn.name}" if fn is not None else None)
+                function=f"{fn.domain}.{fn.name}" if fn is not None else None,
+                typed_inputs=_typed_inputs(schema, len(n.input)))
             inv.nodes.append(info)
             if fn is not None:
                 inv.functions.setdefault(info.function, []).append(f"{path}/{name}")

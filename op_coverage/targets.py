@@ -48,6 +48,20 @@ class TargetSet:
     profiles: dict[str, SupportProfile] = field(default_factory=dict)
     aliases: dict[str, str] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
+    plugins_pending: bool = False  # plugin profiles load on first need (hal imports torch: slow)
+
+    def load_plugins(self) -> None:
+        """Add the profiles of hal backend plugins (once); bundled names are not replaced."""
+        if not self.plugins_pending:
+            return
+        self.plugins_pending = False
+        for plugin, data in plugin_profiles():
+            try:
+                p = SupportProfile.from_dict(dict(data, kind="plugin"), origin=f"hal plugin {plugin}")
+            except BadProfile as e:
+                self.problems.append(f"hal plugin {plugin}: {e}")
+                continue
+            self.add(p)
 
     def add(self, p: SupportProfile, replace: bool = False) -> None:
         if p.name in self.profiles and not replace:
@@ -61,6 +75,9 @@ class TargetSet:
         name = self.aliases.get(name, name)
         if name == "ort-live" and name not in self.profiles:
             self.add(_live(self))
+        if name not in self.profiles and self.plugins_pending:
+            self.load_plugins()
+            name = self.aliases.get(name, name)
         return self.profiles.get(name)
 
     def names(self) -> list[str]:
@@ -72,6 +89,7 @@ class TargetSet:
         flat = [t.strip() for r in requested for t in r.split(",") if t.strip()]
         for t in flat or ["all"]:
             if t == "all":
+                self.load_plugins()
                 self.get("ort-live")
                 picked = list(self.profiles.values())
             else:
@@ -101,14 +119,7 @@ def load_targets(profile_files: list[str] | None = None, use_plugins: bool = Tru
         p = SupportProfile.from_file(f)
         p.kind = p.kind if p.kind != "published-table" else "user"
         ts.add(p, replace=True)
-    if use_plugins:
-        for plugin, data in plugin_profiles():
-            try:
-                p = SupportProfile.from_dict(dict(data, kind="plugin"), origin=f"hal plugin {plugin}")
-            except BadProfile as e:
-                ts.problems.append(f"hal plugin {plugin}: {e}")
-                continue
-            ts.add(p)
+    ts.plugins_pending = use_plugins
     for fname in names(".profile.json"):
         ts.add(SupportProfile.from_dict(read_json(fname), origin=f"op_coverage/data/{fname}",
                                         validate=False))  # checked against the schema by the tests

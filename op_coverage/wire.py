@@ -116,7 +116,7 @@ def _strip(buf, start: int, end: int, kind: str, stats: Stats) -> bytes:
             field, wt = tag >> 3, tag & 7
             r = _skip(buf, q, end, wt)
             if field in _TENSOR_PAYLOAD_FIELDS:
-                payload += r - q
+                payload += (r - _varint(buf, q, end)[1]) if wt == 2 else (r - q)  # content, not its length prefix
             p = r
         if payload <= KEEP_PAYLOAD_BYTES:
             return bytes(buf[start:end])

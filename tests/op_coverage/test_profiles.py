@@ -112,6 +112,7 @@ def test_plugin_profiles_through_hal_hook(monkeypatch):
     prof = {"name": "emu", "kind": "plugin", "entries": [{"op": "Add", "status": "native"}]}
     monkeypatch.setattr(targets, "plugin_profiles", lambda: [("hal-emulator", prof), ("broken", {"nope": 1})])
     ts = load_targets()
+    assert "emu" not in ts.profiles  # plugins load lazily: a bundled target never pays for them
     assert ts.get("emu").origin == "hal plugin hal-emulator"
     assert any("broken" in p for p in ts.problems)
 
