@@ -20,10 +20,9 @@ import onnx
 from onnx import helper, numpy_helper
 
 from .expand import body_rule, has_body
-from .inventory import NodeInfo, _schema_version, dtype_name, norm_domain
+from .inventory import NodeInfo, _schema, _typed_inputs, dtype_name, norm_domain
 from .profile import SupportProfile
 from .rules import Builder, Decline, Rule, rules_for
-from .schema_types import fixed_type_inputs
 from .rules._base import dtype_enum
 
 MAX_DEPTH = 6
@@ -79,15 +78,16 @@ def _label(domain: str, op: str) -> str:
 
 
 def node_info(node: onnx.NodeProto, env: Env, path: str = "main") -> NodeInfo:
+    """The scan's view of a node the planner made or is about to replace (for the profile's judge)."""
     dom = norm_domain(node.domain)
     opset = env.opsets.get(dom)
-    fixed = fixed_type_inputs(node.op_type, dom, opset)
+    schema = _schema(node.op_type, dom, opset)
     return NodeInfo(name=node.name or node.op_type, op_type=node.op_type, domain=dom, opset=opset,
-                    version=_schema_version(node.op_type, dom, opset), path=path,
-                    input_dtypes=[env.types.get(x) if x and i not in fixed else None
-                                  for i, x in enumerate(node.input)],
+                    version=schema.since_version if schema is not None else None, path=path,
+                    input_dtypes=[env.types.get(x) if x else None for x in node.input],
                     input_shapes=[env.shapes.get(x) if x else None for x in node.input],
-                    inputs=list(node.input), outputs=list(node.output))
+                    inputs=list(node.input), outputs=list(node.output),
+                    typed_inputs=_typed_inputs(schema, len(node.input)))
 
 
 def infer_into(nodes: list, env: Env) -> None:

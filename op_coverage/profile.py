@@ -39,7 +39,6 @@ from typing import Callable
 
 from .errors import BadProfile
 from .inventory import NodeInfo
-from .schema_types import judged_dtypes
 
 FORMAT = "op_coverage.profile/1"
 STATUSES = ("native", "host-fallback", "unsupported")
@@ -160,7 +159,7 @@ class SupportProfile:
         if not in_range:
             ranges = ", ".join(_range_text(e) for e in entries)
             return self._unlisted(node, f"opset {version} not covered (listed for {ranges})")
-        dtypes = judged_dtypes(node)  # fixed-type inputs (Where's bool condition) are not table facts
+        dtypes = node.known_dtypes
         typed = [e for e in in_range if not e.get("dtypes") or set(dtypes) <= _dtype_set(e)]
         if not typed:
             listed = sorted(set().union(*(_dtype_set(e) for e in in_range)))
