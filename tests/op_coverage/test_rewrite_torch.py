@@ -22,7 +22,8 @@ LACKING = "LayerNormalization,Gelu,Softmax,Erf,Gemm"
 def exported(tmp_path_factory):
     import torch
 
-    from torch_blocks import BertLayer, LlamaBlock, export
+    from test_torch_export import BertLayer, LlamaBlock  # the scan tests' blocks
+    from test_torch_export import _export as export
     d = tmp_path_factory.mktemp("torch")
     torch.manual_seed(0)
     return {"bert": export(BertLayer(), (torch.randn(2, 8, 32), torch.zeros(2, 8, dtype=torch.bool)), d / "bert.onnx"),
@@ -31,7 +32,7 @@ def exported(tmp_path_factory):
 
 @pytest.mark.parametrize("arch", ["bert", "llama"])
 def test_exported_block_rewritten_for_a_target_lacking_the_usual_suspects(exported, arch, tmp_path):
-    src = exported[arch]
+    src = str(exported[arch])
     before = ops_in(onnx.load(src))
     assert before & set(LACKING.split(",")), before  # the export really uses some of them
     out = tmp_path / f"{arch}.rewritten.onnx"
@@ -51,7 +52,7 @@ def test_bert_padding_mask_is_respected_after_rewrite(exported, tmp_path):
     mask = np.zeros((2, 8), bool)
     mask[:, -2:] = True
     np.savez(tmp_path / "in.npz", **{n: v for n, v in zip(
-        [i.name for i in onnx.load(exported["bert"]).graph.input],
+        [i.name for i in onnx.load(str(exported["bert"])).graph.input],
         [np.random.default_rng(3).standard_normal((2, 8, 32)).astype(np.float32), mask])})
-    rep = rewrite(exported["bert"], "ort-cpu", out, without_ops=LACKING, inputs=[str(tmp_path / "in.npz")])
+    rep = rewrite(str(exported["bert"]), "ort-cpu", out, without_ops=LACKING, inputs=[str(tmp_path / "in.npz")])
     assert rep.verification.ok and rep.verification.inputs.endswith("in.npz")
