@@ -7,7 +7,7 @@ them with the reason (:class:`Decline`).
 """
 from __future__ import annotations
 
-from . import _activation, _elementwise, _index, _linalg, _norm, _reduce, _shape
+from . import _activation, _attention, _elementwise, _index, _linalg, _norm, _reduce, _shape
 from ._base import Builder, Decline, Rule
 
 RULES: tuple[Rule, ...] = (
@@ -18,6 +18,7 @@ RULES: tuple[Rule, ...] = (
     *_shape.RULES,
     *_norm.RULES,
     *_index.RULES,
+    *_attention.RULES,
 )
 
 

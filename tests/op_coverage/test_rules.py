@@ -6,6 +6,7 @@ import pytest
 
 from rw_helpers import model, ops_in, rewrite_and_compare
 from op_coverage.rules import RULES, Builder, Decline, rules_for
+from op_coverage.verify import generate_inputs
 from op_coverage.rules._activation import _erf_plain, _erf_where
 
 H = '<ir_version: 9, opset_import: ["" : 20, "com.microsoft" : 1]>'
@@ -59,6 +60,14 @@ CASES = {
                 "v, i = TopK <axis=1> (x, k) }", "TopK", "topk.k1-reduce"),
     "topk-k3-smallest": ("g (float[3,6] x) => (float[3,3] v, int64[3,3] i) { k = Constant <value = int64[1] {3}> () "
                          "v, i = TopK <axis=1, largest=0> (x, k) }", "TopK", "topk.rank-onehot"),
+    "ms-attention-mask": (
+        "g (float[2,5,8] x, float[8,24] w, float[24] b, int32[2,5] m) => (float[2,5,8] y) "
+        "{ y = com.microsoft.Attention <num_heads=2> (x, w, b, m) }", "com.microsoft::Attention",
+        "com.microsoft.attention"),
+    "ms-attention-causal": (
+        "g (float[2,5,8] x, float[8,24] w) => (float[2,5,8] y) "
+        "{ y = com.microsoft.Attention <num_heads=4, unidirectional=1> (x, w) }", "com.microsoft::Attention",
+        "com.microsoft.attention"),
     "expand": ("g (float[3,1] x) => (float[2,3,4] y) { s = Constant <value = int64[3] {2, 3, 4}> () "
                "y = Expand(x, s) }", "Expand", "expand.mul"),
 }
@@ -84,7 +93,10 @@ def test_rule_replaces_op_and_keeps_outputs(case):
     text, remove, rule = CASES[case]
     from onnx import parser
     m = _fix_order(parser.parse_model(H + text))
-    res, checks = rewrite_and_compare(m, remove)
+    feeds = generate_inputs(m, seed=1)
+    if "m" in feeds and feeds["m"].dtype == np.int32:  # a key padding mask: keep the first tokens, pad the rest
+        feeds["m"] = (np.arange(feeds["m"].shape[1]) < [[4], [2]]).astype(np.int32)
+    res, checks = rewrite_and_compare(m, remove, feeds)
     removed = {r.strip() for r in remove.split(",")}
     assert not (ops_in(res.model) & removed), ops_in(res.model)
     plan = next(iter(res.plans.values()))
