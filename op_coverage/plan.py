@@ -147,6 +147,7 @@ class Planner:
         self.max_depth = max_depth
         self.extra_rules = tuple(extra_rules)
         self._native: dict = {}
+        self._memo: dict = {}
 
     def candidates(self, domain: str, op: str) -> list[Rule]:
         """Function body first, then the project rules, then extra rules."""
@@ -166,6 +167,40 @@ class Planner:
             dom = norm_domain(node.domain)
             return NodePlan(True, [node], [], COST.get(node.op_type, 1.0), 0, Counter({(dom, node.op_type): 1}))
         return self.replace(node, env, depth, path)
+
+    def replace_cached(self, node: onnx.NodeProto, env: Env, path: str = "main") -> NodePlan:
+        """:meth:`replace`, reusing the plan of an identical earlier node (same op, attributes,
+        input types, shapes and constant values) with fresh internal names."""
+        key = _signature(node, env)
+        hit = self._memo.get(key) if key is not None else None
+        if hit is None:
+            plan = self.replace(node, env, 0, path)
+            if key is not None:
+                self._memo[key] = (node, plan)
+            return plan
+        first, plan = hit
+        if not plan.ok:
+            return plan
+        names = dict(zip(first.input, node.input))
+        names.update(zip(first.output, node.output))
+        prefix = node.name or node.op_type
+
+        def rn(x: str) -> str:
+            if not x:
+                return ""
+            if x not in names:
+                names[x] = self.fresh(f"{prefix}_{x.rsplit('_', 1)[0][-24:]}")
+            return names[x]
+
+        nodes = []
+        for n in plan.nodes:
+            c = onnx.NodeProto()
+            c.CopyFrom(n)
+            c.input[:] = [rn(x) for x in n.input]
+            c.output[:] = [rn(x) for x in n.output]
+            c.name = self.fresh(f"{prefix}/{n.op_type}")
+            nodes.append(c)
+        return NodePlan(True, nodes, list(plan.rules), plan.cost, plan.quality, Counter(plan.leaves))
 
     def replace(self, node: onnx.NodeProto, env: Env, depth: int = 0, path: str = "main") -> NodePlan:
         """The best composition for *node*, whether or not the target runs it natively."""
@@ -210,6 +245,20 @@ class Planner:
         if best is not None:
             return best
         return NodePlan(False, blocked_by=blocked or {label}, reasons=reasons or [f"{label}: every rule declined"])
+
+
+def _signature(node: onnx.NodeProto, env: Env):
+    """What a plan for *node* can depend on; None when a subgraph attribute makes it unique."""
+    if any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute):
+        return None
+    ins = []
+    for x in node.input:
+        c = env.consts.get(x) if x else None
+        shape = env.shapes.get(x) if x else None
+        ins.append((bool(x), env.types.get(x) if x else None, tuple(shape) if shape is not None else None,
+                    None if c is None else (str(c.dtype), c.shape, c.tobytes())))
+    return (node.domain, node.op_type, tuple(a.SerializeToString() for a in node.attribute),
+            tuple(ins), tuple(bool(o) for o in node.output))
 
 
 def name_generator(model: onnx.ModelProto) -> Callable[[str], str]:

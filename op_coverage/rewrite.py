@@ -87,7 +87,7 @@ def rewrite_model(model: onnx.ModelProto, profile: SupportProfile, *, max_depth:
                 new_nodes.append(n)
                 continue
             res.not_native_before += 1
-            p: NodePlan = planner.replace(n, env, 0, path)
+            p: NodePlan = planner.replace_cached(n, env, path)
             lab = _label(n)
             if p.ok:
                 new_nodes.extend(p.nodes)

@@ -144,3 +144,19 @@ def test_scan_report_says_replaceable_via_the_plan(tmp_path):
     assert "Gelu" not in plan["leaves"]
     assert "replaceable via gelu.pattern" in render(rep, "table")
     assert json.loads(render(rep, "json"))["models"][0]["ops"][0]["replacement"]["ascend"]["status"] == "replaceable"
+
+
+def test_identical_nodes_reuse_one_plan_with_their_own_names():
+    nodes = []
+    prev = "x"
+    for i in range(3):
+        nodes += [N("LayerNormalization", [prev, "s"], [f"l{i}"], axis=-1), N("Gelu", [f"l{i}"], [f"g{i}"])]
+        prev = f"g{i}"
+    g = helper.make_graph(nodes, "chain", [_vi("x", ["b", 4, 16])], [_vi(prev, ["b", 4, 16])],
+                          [numpy_helper.from_array(np.linspace(0.5, 2, 16).astype(np.float32), "s")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 20)])
+    res = rewrite_model(m, lacking("LayerNormalization,Gelu"))
+    onnx.checker.check_model(res.model, full_check=True)  # SSA: every copied name is fresh
+    assert res.replaced == {"LayerNormalization": 3, "Gelu": 3}
+    x = np.random.default_rng(2).standard_normal((2, 4, 16)).astype(np.float32)
+    np.testing.assert_allclose(run(res.model, {"x": x})[0], run(m, {"x": x})[0], rtol=1e-4, atol=1e-5)
