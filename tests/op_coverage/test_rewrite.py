@@ -142,7 +142,8 @@ def test_scan_report_says_replaceable_via_the_plan(tmp_path):
     plan = row.replacement["ascend"]
     assert plan["status"] == "replaceable" and plan["via"][0] == "gelu.pattern"  # cheaper than the body
     assert "Gelu" not in plan["leaves"]
-    assert "replaceable via gelu.pattern" in render(rep, "table")
+    for fmt in ("table", "md", "csv"):
+        assert "replaceable via gelu.pattern" in render(rep, fmt), fmt
     assert json.loads(render(rep, "json"))["models"][0]["ops"][0]["replacement"]["ascend"]["status"] == "replaceable"
 
 
