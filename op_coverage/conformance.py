@@ -160,10 +160,12 @@ def run(a_or_ops=None, base_name: str = "ort-cpu") -> list[CaseResult]:
     ops = set(a_or_ops or [])
     base = load_targets(use_plugins=False).get(base_name)
     out = []
-    for case in node_cases():
-        key = case_op(case)
-        if key is None or not applicable(*key) or (ops and key[1] not in ops):
-            continue
+    todo = [c for c in node_cases() if case_op(c) is not None and applicable(*case_op(c))
+            and (not ops or case_op(c)[1] in ops)]
+    if sys.stderr.isatty() and len(todo) > 20:
+        from tqdm import tqdm
+        todo = tqdm(todo, desc="conformance", unit="case", leave=False)
+    for case in todo:
         with warnings.catch_warnings(), np.errstate(all="ignore"):
             warnings.simplefilter("ignore")
             out.append(run_case(case, base))
