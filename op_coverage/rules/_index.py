@@ -189,6 +189,78 @@ def _resize_nearest(b: Builder, node) -> None:
     b.op("Reshape", y, b.ints(target), outputs=[node.output[0]])
 
 
+def _resize_axis_matrix(node, opset: int, n: int, scale: float | None, size: int | None) -> np.ndarray:
+    """The [n, out] matrix M with resize_1d(v) = v @ M, from onnx's reference Resize on the identity.
+
+    Resize in nearest, linear and cubic modes is linear in its input and separable per axis, so
+    applying it to the identity along one axis (scale 1 on the other, which every mode maps to
+    itself) yields the interpolation weights, with onnx's own coordinate transforms,
+    rounding modes, cubic coefficient, exclude_outside and antialias.
+    """
+    from onnx import helper, numpy_helper
+    from onnx.reference import ReferenceEvaluator
+    keep = {a.name: a for a in node.attribute if a.name not in ("axes", "keep_aspect_ratio_policy")}
+    inits = [numpy_helper.from_array(np.array([], np.float32), "roi")]
+    if size is not None:
+        inits += [numpy_helper.from_array(np.array([], np.float32), "scales"),
+                  numpy_helper.from_array(np.array([n, size], np.int64), "sizes")]
+        ins = ["x", "roi", "scales", "sizes"]
+    else:
+        inits.append(numpy_helper.from_array(np.array([1.0, scale], np.float32), "scales"))
+        ins = ["x", "roi", "scales"]
+    rn = helper.make_node("Resize", ins, ["y"])
+    rn.attribute.extend(keep.values())
+    g = helper.make_graph([rn], "axis", [helper.make_tensor_value_info("x", 11, [n, n])],
+                          [helper.make_tensor_value_info("y", 11, None)], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", max(opset, 13))])
+    return ReferenceEvaluator(m).run(None, {"x": np.eye(n, dtype=np.float64)})[0]
+
+
+def _resize_matmul(b: Builder, node) -> None:
+    rule = "resize.matmul"
+    only_attrs(node, rule, {"mode": None, "coordinate_transformation_mode": None, "nearest_mode": None,
+                            "cubic_coeff_a": None, "exclude_outside": None, "antialias": None, "axes": None,
+                            "keep_aspect_ratio_policy": None, "extrapolation_value": None})
+    ctm = attr(node, "coordinate_transformation_mode", b"half_pixel")
+    if (ctm.decode() if isinstance(ctm, bytes) else ctm) == "tf_crop_and_resize":
+        raise Decline(f"{rule}: tf_crop_and_resize extrapolates a constant, which is not a linear map")
+    if b.opset < 11:
+        raise Decline(f"{rule}: handles opset 11+ (roi/scales/sizes inputs)")
+    x = node.input[0]
+    d = b.dtype(x)
+    if d not in ("float", "double"):
+        raise Decline(f"{rule}: needs float or double data (MatMul carries the values), has {d or 'unknown'}")
+    shape = _static_shape(b, x, rule)
+    ins = list(node.input) + [""] * 4
+    scales = b.const_value(ins[2]) if ins[2] else None
+    sizes = b.const_value(ins[3]) if ins[3] else None
+    scales = None if scales is None or not np.asarray(scales).size else [float(v) for v in np.ravel(scales)]
+    sizes = None if sizes is None or not np.asarray(sizes).size else [int(v) for v in np.ravel(sizes)]
+    if scales is None and sizes is None:
+        raise Decline(f"{rule}: scales/sizes must be constants")
+    r = len(shape)
+    axes = [a % r for a in (attr(node, "axes") or range(r))]
+    policy = attr(node, "keep_aspect_ratio_policy", b"stretch")
+    policy = policy.decode() if isinstance(policy, bytes) else policy
+    if sizes is not None and policy != "stretch":
+        ratios = [sz / shape[a] for sz, a in zip(sizes, axes)]
+        s = min(ratios) if policy == "not_larger" else max(ratios)
+        sizes = [int(round(s * shape[a])) for a in axes]
+    y = x
+    for i, a in enumerate(axes):
+        sc = scales[i] if scales is not None else None
+        sz = sizes[i] if sizes is not None else None
+        if (sc is not None and sc == 1.0) or (sz is not None and sz == shape[a]):
+            continue
+        mat = _resize_axis_matrix(node, b.opset, shape[a], sc, sz)
+        perm = list(range(r))
+        perm[a], perm[-1] = perm[-1], perm[a]
+        t = b.op("Transpose", y, perm=perm) if a != r - 1 else y
+        t = b.op("MatMul", t, b.const(mat.astype(np.float32 if d == "float" else np.float64), d))
+        y = b.op("Transpose", t, perm=perm) if a != r - 1 else t
+    b.op("Identity", y, outputs=[node.output[0]])
+
+
 RULES = (
     Rule("gatherelements.gather", "GatherElements", _gather_elements, since=11,
          note="Gather on the flattened data with flat indices built from Range per axis; static data shape"),
@@ -206,4 +278,8 @@ RULES = (
     Rule("resize.nearest-repeat", "Resize", _resize_nearest, since=10,
          note="nearest mode with integer upscale factors (half_pixel, pytorch_half_pixel, or asymmetric+floor): "
               "Unsqueeze-Expand-Reshape repeat; linear and fractional scales are declined"),
+    Rule("resize.matmul", "Resize", _resize_matmul, since=11,
+         note="any nearest/linear/cubic Resize with a static shape and constant scales/sizes: one MatMul per resized "
+              "axis with interpolation weights computed by onnx's reference Resize (exact up to float rounding); "
+              "float data; not tf_crop_and_resize", penalty=2.0),
 )
