@@ -8,6 +8,7 @@ reads), and map the formal inputs/outputs to the node's own names.  Context-depe
 (Softmax-13, CastLike, ...) need the input types; they come from initializers as well as
 value_info, because exporters often leave initializers out of value_info.  The expansion is
 one level: the planner re-checks every emitted node and expands again where needed.
+Subgraphs inside a body (Range's Loop) are copied with their own values renamed the same way.
 """
 from __future__ import annotations
 
@@ -103,14 +104,14 @@ def inline(b: Builder, node: NodeProto, fp: FunctionProto) -> None:
             names[n] = b.fresh(f"{b.prefix}_{n}")
         return names[n]
 
-    for inner in fp.node:
+    def copy_node(inner: NodeProto, lookup) -> NodeProto:
         new = NodeProto()
         new.CopyFrom(inner)
         new.ClearField("input")
         new.ClearField("output")
         new.ClearField("attribute")
-        new.input.extend(rename(x) for x in inner.input)
-        new.output.extend(rename(x) for x in inner.output)
+        new.input.extend(lookup(x) for x in inner.input)
+        new.output.extend(lookup(x) for x in inner.output)
         new.name = b.fresh(f"{b.prefix}/{inner.op_type}")
         for a in inner.attribute:
             if a.ref_attr_name:
@@ -120,12 +121,49 @@ def inline(b: Builder, node: NodeProto, fp: FunctionProto) -> None:
                     bound.name = a.name
                     new.attribute.append(bound)
                 continue  # optional attribute the node does not set: leave it out, as the spec says
-            if a.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS):
-                raise Decline(f"{node.op_type}: its body holds a subgraph, which is not inlined")
+            if a.type == AttributeProto.GRAPH:
+                g = AttributeProto()
+                g.CopyFrom(a)
+                copy_graph(g.g, lookup)
+                new.attribute.append(g)
+                continue
+            if a.type == AttributeProto.GRAPHS:
+                g = AttributeProto()
+                g.CopyFrom(a)
+                for sub in g.graphs:
+                    copy_graph(sub, lookup)
+                new.attribute.append(g)
+                continue
             new.attribute.append(a)
         if new.domain in ("", ONNX):
             new.domain = ""
-        b.nodes.append(new)
+        return new
+
+    def copy_graph(g, outer) -> None:
+        """Rename a body's subgraph in place: its own values fresh, outer values as the body maps them."""
+        local: dict[str, str] = {}
+        for v in list(g.input) + list(g.output) + list(g.value_info):
+            local.setdefault(v.name, b.fresh(f"{b.prefix}_{v.name}"))
+        for t in g.initializer:
+            local.setdefault(t.name, b.fresh(f"{b.prefix}_{t.name}"))
+        for n in g.node:
+            for o in n.output:
+                if o:
+                    local.setdefault(o, b.fresh(f"{b.prefix}_{o}"))
+
+        def lookup(x: str) -> str:
+            return "" if not x else local[x] if x in local else outer(x)
+
+        for v in list(g.input) + list(g.output) + list(g.value_info):
+            v.name = local[v.name]
+        for t in g.initializer:
+            t.name = local[t.name]
+        nodes = [copy_node(n, lookup) for n in g.node]
+        del g.node[:]
+        g.node.extend(nodes)
+
+    for inner in fp.node:
+        b.nodes.append(copy_node(inner, rename))
     # a formal output that the body only copies from an input still needs a node producing it
     produced = {o for n in b.nodes for o in n.output}
     for i, formal in enumerate(fp.output):

@@ -124,6 +124,16 @@ def infer_into(nodes: list, env: Env) -> None:
         if tt.HasField("shape"):
             env.shapes[vi.name] = [x.dim_value if x.HasField("dim_value") else (x.dim_param or None)
                                    for x in tt.shape.dim]
+    # subgraphs (a Loop brought in by an expansion): keep what inference learnt about their values
+    for n, inf in zip(nodes, inferred.graph.node):
+        for a, ia in zip(n.attribute, inf.attribute):
+            subs = [(a.g, ia.g)] if a.type == onnx.AttributeProto.GRAPH else list(zip(a.graphs, ia.graphs))
+            for g, ig in subs:
+                del g.value_info[:]
+                g.value_info.extend(ig.value_info)
+                for v, iv in zip(list(g.input) + list(g.output), list(ig.input) + list(ig.output)):
+                    if not v.type.HasField("tensor_type") or not v.type.tensor_type.elem_type:
+                        v.type.CopyFrom(iv.type)
     for n in nodes:
         if n.op_type == "Constant" and n.output:
             for a in n.attribute:

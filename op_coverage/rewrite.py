@@ -91,6 +91,10 @@ def rewrite_model(model: onnx.ModelProto, profile: SupportProfile, *, max_depth:
             lab = _label(n)
             if p.ok:
                 new_nodes.extend(p.nodes)
+                for m in p.nodes:  # subgraphs an expansion brought in (Range's Loop body) are rewritten too
+                    for a in m.attribute:
+                        for sub in ([a.g] if a.HasField("g") else []) + list(a.graphs):
+                            do_graph(sub, sub, env, f"{path}/{m.name}.{a.name}", opsets)
                 res.replaced[lab] += 1
                 for m in p.nodes:
                     res.added[_label(m)] += 1
