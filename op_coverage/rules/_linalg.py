@@ -1,6 +1,7 @@
 """Gemm and Einsum as MatMul, Transpose, Mul, Add and ReduceSum."""
 from __future__ import annotations
 
+import numpy as np
 
 from ._base import NUMERIC, Builder, Decline, Rule, attr, only_attrs, reduce, squeeze, unsqueeze
 
@@ -26,10 +27,57 @@ def _gemm(b: Builder, node) -> None:
         b.op("Add", y, c, outputs=[out])
 
 
-def _parse_equation(eq: str, n_inputs: int):
+def _expand_ellipsis(b: Builder, node, eq: str) -> str:
+    """Replace '...' by explicit letters (right-aligned broadcast dims), using the operands' ranks."""
+    lhs, arrow, out = eq.partition("->")
+    terms = lhs.split(",")
+    free = [c for c in "ABCDEFGHIJKLMNOPQRSTUVWXYZ" if c not in eq]
+    widths = []
+    for name, t in zip(node.input, terms):
+        if "..." not in t:
+            widths.append(0)
+            continue
+        r = b.rank(name)
+        if r is None:
+            raise Decline(f"einsum: '...' needs the rank of {name!r}, which is unknown")
+        widths.append(r - (len(t) - 3))
+    m = max(widths, default=0)
+    if m > len(free):
+        raise Decline("einsum: too many '...' dimensions")
+    letters = "".join(free[:m])
+    terms = [t.replace("...", letters[m - w:]) for t, w in zip(terms, widths)]
+    if arrow:
+        out = out.replace("...", letters)
+    else:
+        singles = "".join(sorted(c for c in set("".join(terms)) if "".join(terms).count(c) == 1 and c not in letters))
+        out = letters + singles
+    return ",".join(terms) + "->" + out
+
+
+def _take_diagonals(b: Builder, x: str, t: str) -> tuple[str, str]:
+    """For each index repeated in one operand ('ii'), keep the diagonal: Mul by an identity mask, ReduceSum."""
+    while len(set(t)) != len(t):
+        c = next(ch for ch in t if t.count(ch) > 1)
+        p = t.index(c)
+        q = t.index(c, p + 1)
+        shape = b.shape(x)
+        n = shape[p] if shape is not None and len(shape) == len(t) else None
+        if not isinstance(n, int) or n <= 0:
+            raise Decline(f"einsum: diagonal over {c!r} needs a static size for that dimension")
+        mask = np.eye(n).reshape([n if i in (p, q) else 1 for i in range(len(t))])
+        x = reduce(b, "ReduceSum", b.op("Mul", x, b.const(mask, like=x)), [q], keepdims=0)
+        shape = [d for i, d in enumerate(shape) if i != q]
+        b.shapes[x] = shape
+        t = t[:q] + t[q + 1:]
+    return x, t
+
+
+def _parse_equation(eq: str, n_inputs: int, b: Builder | None = None, node=None, diagonals: bool = False):
     eq = eq.replace(" ", "")
     if "..." in eq:
-        raise Decline("einsum: equations with '...' are not handled")
+        if b is None:
+            raise Decline("einsum: equations with '...' are not handled")
+        eq = _expand_ellipsis(b, node, eq)
     if "->" not in eq:  # implicit output: the indices that occur once, in alphabetical order
         letters = eq.replace(",", "")
         eq = eq + "->" + "".join(sorted(c for c in set(letters) if letters.count(c) == 1))
@@ -37,7 +85,7 @@ def _parse_equation(eq: str, n_inputs: int):
     terms = lhs.split(",")
     if len(terms) != n_inputs:
         raise Decline(f"einsum: equation has {len(terms)} operands, node has {n_inputs} inputs")
-    for t in terms + [out]:
+    for t in (terms if not diagonals else []) + [out]:
         if len(set(t)) != len(t):
             raise Decline(f"einsum: repeated index in {t!r} (diagonal) is not handled")
     return terms, out
@@ -45,7 +93,7 @@ def _parse_equation(eq: str, n_inputs: int):
 
 def _einsum_matmul(b: Builder, node) -> None:
     """Two operands, at most one free index per side and exactly one contracted index: MatMul."""
-    terms, out = _parse_equation(attr(node, "equation").decode(), len(node.input))
+    terms, out = _parse_equation(attr(node, "equation").decode(), len(node.input), b, node)
     if len(terms) != 2:
         raise Decline("einsum.matmul: needs exactly two operands")
     ta, tb = terms
@@ -91,10 +139,14 @@ def _einsum_matmul(b: Builder, node) -> None:
 
 def _einsum_mul_reduce(b: Builder, node) -> None:
     """Any explicit equation without diagonals: align operands, multiply, ReduceSum summed indices."""
-    terms, out = _parse_equation(attr(node, "equation").decode(), len(node.input))
+    terms, out = _parse_equation(attr(node, "equation").decode(), len(node.input), b, node, diagonals=True)
+    inputs = list(node.input)
+    for k, (name, t) in enumerate(zip(inputs, terms)):
+        if len(set(t)) != len(t):
+            inputs[k], terms[k] = _take_diagonals(b, name, t)
     letters = list(out) + sorted({c for t in terms for c in t} - set(out))
     aligned = []
-    for name, t in zip(node.input, terms):
+    for name, t in zip(inputs, terms):
         present = [c for c in letters if c in t]
         x = name
         if list(t) != present:
@@ -117,9 +169,9 @@ RULES = (
     Rule("gemm.matmul", "Gemm", _gemm, since=7, dtypes=NUMERIC,
          note="Transpose (transA/transB) + MatMul, Mul by alpha, Add beta*C; exact"),
     Rule("einsum.matmul", "Einsum", _einsum_matmul, since=12, dtypes=NUMERIC,
-         note="batched matrix products (bij,bjk->bik, bhqd,bhkd->bhqk, ij,j->i ...) as one MatMul"),
+         note="batched matrix products (bij,bjk->bik, bhqd,bhkd->bhqk, ...ij,...jk->...ik, ij,j->i) as one MatMul"),
     Rule("einsum.mul-reducesum", "Einsum", _einsum_mul_reduce, since=12, dtypes=NUMERIC,
-         note="any explicit equation without '...' or diagonals: broadcast Mul then ReduceSum "
+         note="any equation ('...' and diagonals too): diagonals by an identity mask, broadcast Mul, ReduceSum "
               "(materialises the outer product: memory grows with every index)", penalty=10.0),
 )
 

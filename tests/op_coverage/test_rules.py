@@ -21,6 +21,11 @@ CASES = {
                       "Einsum", "einsum.matmul"),
     "einsum-three-operands": ("g (float[2,3] a, float[3,4] b, float[4] c) => (float[2] y) "
                               "{ y = Einsum <equation=\"ij,jk,k->i\"> (a, b, c) }", "Einsum", "einsum.mul-reducesum"),
+    "einsum-ellipsis-diagonal": ("g (float[2,3,3] a, float[2,3] v) => (float[2,3] y) "
+                                 "{ y = Einsum <equation=\"...ii,...i->...i\"> (a, v) }", "Einsum",
+                                 "einsum.mul-reducesum"),
+    "einsum-ellipsis-matmul": ("g (float[2,4,3,5] a, float[2,4,5,6] c) => (float[2,4,3,6] y) "
+                               "{ y = Einsum <equation=\"...ij,...jk->...ik\"> (a, c) }", "Einsum", "einsum.matmul"),
     "fastgelu-bias": ("g (float[2,8] x, float[8] b) => (float[2,8] y) { y = com.microsoft.FastGelu (x, b) }",
                       "com.microsoft::FastGelu", "com.microsoft.fastgelu"),
     "biasgelu": ("g (float[2,8] x, float[8] b) => (float[2,8] y) { y = com.microsoft.BiasGelu (x, b) }",
@@ -153,6 +158,8 @@ def test_rules_decline_with_a_reason_outside_what_they_handle():
         rules_for("ai.onnx", "Erf")[0].apply(b, helper.make_node("Erf", ["x"], ["y"]))
     b = _builder({"a": "float", "b": "float"})
     with pytest.raises(Decline, match="repeated index"):
+        rules_for("ai.onnx", "Einsum")[0].apply(b, helper.make_node("Einsum", ["a"], ["y"], equation="ii->i"))
+    with pytest.raises(Decline, match="static size"):
         rules_for("ai.onnx", "Einsum")[1].apply(b, helper.make_node("Einsum", ["a"], ["y"], equation="ii->i"))
     b = _builder({"x": "float", "s": "float", "b": "float", "m": "float", "v": "float"}, {"x": [2, 3]})
     with pytest.raises(Decline, match="training"):
