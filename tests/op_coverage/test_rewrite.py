@@ -2,11 +2,13 @@
 import hashlib
 import json
 
+import jsonschema
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from rw_helpers import lacking, ops_in, run
+from op_coverage.datafiles import read_json
 from op_coverage.rewrite import rewrite_model
 
 N = helper.make_node
@@ -87,6 +89,7 @@ def test_cli_rewrite_keeps_external_data_external_beside_the_output(run_cli, tmp
                 "--dim", "batch=3")
     assert r.returncode == 0, r.stderr + r.stdout
     doc = json.loads(r.stdout)
+    jsonschema.Draft202012Validator(read_json("rewrite.schema.json")).validate(doc)
     assert doc["verification"]["ok"] and doc["verification"]["outputs"][0]["shape"] == [3, 32]
     assert doc["rescan"]["not_native"] == {} and doc["replaced"] == {"Gemm": 1, "Gelu": 1}
     assert sorted(p.name for p in out_dir.iterdir()) == ["new.onnx", "new.onnx.data"]
