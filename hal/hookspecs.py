@@ -56,3 +56,30 @@ def hal_op_support(spec):
     :param spec: a :class:`hal.spec.BackendSpec` this plugin declared.
     :return: a profile dict in op_coverage's profile-file format, or None.
     """
+
+
+@hookspec
+def hal_torch_op_profile(spec):
+    """Ship the observed torch-op support profile of ``spec``'s device.
+
+    The file ``hal probe --out PATH`` writes on the device (schema ``hal.op_profile/1``);
+    ``hal conformance`` re-probes and reports every op whose status no longer matches.
+
+    :param spec: a :class:`hal.spec.BackendSpec` this plugin declared.
+    :return: the profile dict, or None.
+    """
+
+
+@hookspec(firstresult=True)
+def hal_device_utilization(spec, index):
+    """Report how busy device ``index`` is, for ``hal.metrics``.
+
+    Implement it where the vendor exposes utilisation (a management library or tool);
+    without it hal tries the device module's ``utilization()`` and otherwise reports null.
+
+    Stops at first non-None result.
+
+    :param spec: a :class:`hal.spec.BackendSpec` this plugin declared.
+    :param index: the device index.
+    :return: utilisation in percent (0..100), or None when unknown.
+    """
