@@ -112,7 +112,7 @@ def test_rule_replaces_op_and_keeps_outputs(case):
 def test_every_rule_has_a_case_or_conformance_coverage():
     from op_coverage.conformance import applicable  # noqa: F401 - conformance covers the rest
     covered = {CASES[c][2] for c in CASES}
-    # rules without an inline case here are exercised by ONNX's node tests (test_conformance.py)
+    # rules without an inline case here are exercised by ONNX's node tests (test_rewrite_conformance.py)
     by_conformance = {"reciprocal.div", "neg.sub", "neg.mul", "not.equal", "where.arith",
                       "reducel1.compose", "reducel2.compose", "reducesumsquare.compose", "reducelogsum.compose",
                       "globalmaxpool.reduce", "depthtospace.reshape", "spacetodepth.reshape", "trilu.where",
