@@ -61,3 +61,13 @@ def test_most_applicable_cases_pass(results):
     failed = sum(c["failed"] for c in counts.values())
     assert failed == len(KNOWN)
     assert passed >= 480, counts  # 499 with onnx 1.23.2 / onnxruntime 1.32.0
+
+
+def test_conformance_command_prints_counts_and_exits_0_without_failures(run_cli):
+    import json
+    r = run_cli("conformance", "--op", "Gelu", "--op", "Einsum", "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["per_op"]["Gelu"] == {"passed": 4, "failed": 0, "declined": 0}
+    assert doc["per_op"]["Einsum"]["failed"] == 0
+    assert all(c["status"] == "declined" and c["reason"] for c in doc["cases"])  # every decline says why
