@@ -105,13 +105,11 @@ def _topk1(b: Builder, node) -> None:
 
 
 def _topk_rank(b: Builder, node) -> None:
-    """Stable rank of every element (greater ones, then equal ones before it), one-hot to k slots, MatMul."""
+    """Stable rank of every element (greater ones, then equal ones before it), one-hot to k slots;
+    the indices come out of a MatMul with Range, the values out of GatherElements (exact for any dtype)."""
     rule = "topk.rank-onehot"
     only_attrs(node, rule, {"axis": None, "largest": {0, 1}, "sorted": {0, 1}})
     x, k = node.input
-    d = b.dtype(x)
-    if d not in ("float", "double"):
-        raise Decline(f"{rule}: needs float or double values (MatMul gathers them), has {d or 'unknown'}")
     kv = b.const_value(k)
     if kv is None:
         raise Decline(f"{rule}: k is not a constant")
@@ -129,12 +127,12 @@ def _topk_rank(b: Builder, node) -> None:
     before = b.op("Greater" if attr(node, "largest", 1) else "Less", xj, xi)
     earlier = np.tril(np.ones((n, n), bool), -1)  # j < i
     tie = b.op("And", b.op("Equal", xj, xi), b.const(earlier, "bool"))
-    rank = reduce(b, "ReduceSum", b.op("Cast", b.op("Or", before, tie), to=dtype_enum(d)), [r], keepdims=0)
-    hot = b.op("Cast", b.op("Equal", unsqueeze(b, rank, [r]), b.const(np.arange(kk), d)), to=dtype_enum(d))
-    vals = b.op("MatMul", unsqueeze(b, xt, [r - 1]), hot)  # [..., 1, k]
-    idx = b.op("MatMul", b.const(np.arange(n).reshape(1, n), d), hot)
-    vals, idx = squeeze(b, vals, [r - 1]), squeeze(b, idx, [r - 1])
-    idx = b.op("Cast", idx, to=dtype_enum("int64"))
+    rank = reduce(b, "ReduceSum", b.op("Cast", b.op("Or", before, tie), to=dtype_enum("float")), [r], keepdims=0)
+    hot = b.op("Cast", b.op("Equal", unsqueeze(b, rank, [r]), b.const(np.arange(kk), "float")),
+               to=dtype_enum("float"))  # [..., n, k]
+    idx = b.op("MatMul", b.const(np.arange(n).reshape(1, n), "float"), hot)  # [..., 1, k]; exact below 2^24
+    idx = b.op("Cast", squeeze(b, idx, [r - 1]), to=dtype_enum("int64"))
+    vals = b.op("GatherElements", xt, idx, axis=r - 1)
     outs = (list(node.output) + ["", ""])[:2]
     for y, o in zip((vals, idx), outs):
         if not o:
@@ -272,8 +270,8 @@ RULES = (
     Rule("topk.k1-reduce", "TopK", _topk1, since=10,
          note="k = 1 only: ReduceMax/ReduceMin for values, ArgMax/ArgMin (first occurrence) for indices"),
     Rule("topk.rank-onehot", "TopK", _topk_rank, since=10,
-         note="any constant k: stable rank by pairwise comparison (n x n), one-hot to k slots, MatMul gathers "
-              "values and indices; float data, axis length <= 4096; inf values give NaN (inf * 0)",
+         note="any constant k, any dtype: stable rank by pairwise comparison (n x n), one-hot to k slots, "
+              "indices by MatMul with Range, values by GatherElements; axis length <= 4096; NaN ordering may differ",
          penalty=5.0),
     Rule("resize.nearest-repeat", "Resize", _resize_nearest, since=10,
          note="nearest mode with integer upscale factors (half_pixel, pytorch_half_pixel, or asymmetric+floor): "

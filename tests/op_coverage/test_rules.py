@@ -73,6 +73,9 @@ CASES = {
         "g (float[2,5,8] x, float[8,24] w) => (float[2,5,8] y) "
         "{ y = com.microsoft.Attention <num_heads=4, unidirectional=1> (x, w) }", "com.microsoft::Attention",
         "com.microsoft.attention"),
+    "topk-int64-without-gatherelements": (
+        "g (int64[3,6] x) => (int64[3,2] v, int64[3,2] i) { k = Constant <value = int64[1] {2}> () "
+        "v, i = TopK <axis=1> (x, k) }", "TopK,GatherElements", "gatherelements.gather"),
     "expand": ("g (float[3,1] x) => (float[2,3,4] y) { s = Constant <value = int64[3] {2, 3, 4}> () "
                "y = Expand(x, s) }", "Expand", "expand.mul"),
 }
