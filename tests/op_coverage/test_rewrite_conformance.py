@@ -55,6 +55,13 @@ def test_known_failure_is_still_a_failure(results, case):
     assert r.status == "passed", r.reason
 
 
+def test_every_rule_is_exercised_by_a_node_test_or_an_inline_case(results):
+    from test_rules import CASES
+    used = {r for c in results if c.status == "passed" for r in c.via} | {CASES[c][2] for c in CASES}
+    used.add("erf.as7126")  # test_rules.py::test_erf_error_bound_holds_on_a_dense_grid[plain]
+    assert {r.name for r in RULES} <= used, sorted({r.name for r in RULES} - used)
+
+
 def test_most_applicable_cases_pass(results):
     counts = conformance.summarize(results)
     passed = sum(c["passed"] for c in counts.values())
