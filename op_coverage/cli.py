@@ -50,10 +50,12 @@ def build_parser() -> argparse.ArgumentParser:
         prog="op_coverage", formatter_class=fmt,
         description="Which ONNX operators of a model will not run on a target, and why.",
         epilog="commands:\n  scan      coverage report for a model or a folder of models\n"
-               "  targets   list target profiles and where their facts come from\n\n" + SCAN_EXAMPLES + "\n"
+               "  targets   list target profiles and where their facts come from\n"
+               "  rewrite   replace ops a target lacks with verified compositions\n"
+               "  conformance  check the decompositions against ONNX's backend node tests\n\n" + SCAN_EXAMPLES + "\n"
                + EXIT_CODES)
     p.add_argument("--version", action="version", version=f"op_coverage {__version__}")
-    sub = p.add_subparsers(dest="command", metavar="{scan,targets}")
+    sub = p.add_subparsers(dest="command", metavar="{scan,targets,rewrite,conformance}")
 
     s = sub.add_parser("scan", formatter_class=fmt, help="coverage report for a model or folder",
                        description="Inventory every node (subgraphs and functions included) and judge it "
@@ -83,6 +85,9 @@ def build_parser() -> argparse.ArgumentParser:
                               "  op_coverage targets --profile my_npu.json\n")
     t.add_argument("--json", action="store_true", help="machine-readable list")
     t.add_argument("--profile", action="append", default=[], metavar="FILE", help="extra profile JSON")
+    from . import cli_rewrite, conformance
+    cli_rewrite.add_parser(sub)
+    conformance.add_parser(sub)
     return p
 
 
@@ -147,6 +152,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
+        if a.command in ("rewrite", "conformance"):
+            from . import cli_rewrite, conformance
+            return cli_rewrite.run(a) if a.command == "rewrite" else conformance.main_run(a)
         return _cmd_scan(a) if a.command == "scan" else _cmd_targets(a)
     except ScanError as e:
         print(f"op_coverage: error: {e}", file=sys.stderr)

@@ -102,7 +102,8 @@ def _schema(op_type: str, domain: str, opset: int | None):
 def _typed_inputs(schema, n_inputs: int) -> list[bool] | None:
     if schema is None or not schema.inputs:
         return None
-    params = {c.type_param_str for c in schema.type_constraints}
+    # a constraint that admits one type only (Where's ``B: tensor(bool)``) is as fixed as a concrete type
+    params = {c.type_param_str for c in schema.type_constraints if len(c.allowed_type_strs) > 1}
     formal = list(schema.inputs)
     mask = []
     for i in range(n_inputs):

@@ -12,6 +12,7 @@ import csv
 import io
 
 from .model import Report
+from .replacement import replacement_text
 
 COLUMNS = ["ori_op_name", "ori_op_type", "op_name", "op_type", "soc_type", "engine", "is_supported", "details",
            "model", "domain", "opset", "op_version", "path", "input_dtypes", "target", "status", "restriction",
@@ -23,6 +24,7 @@ def render_csv(report: Report) -> str:
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(COLUMNS)
     for m in report.models:
+        plans = {(r.domain, r.op_type): r.replacement or {} for r in m.rows}
         for node, verdicts in m.nodes:
             for target, v in verdicts.items():
                 details = "; ".join(x for x in (v.reason, v.restriction) if x)
@@ -31,5 +33,6 @@ def render_csv(report: Report) -> str:
                             m.path, node.domain, node.opset if node.opset is not None else "",
                             node.version if node.version is not None else "", node.path,
                             " ".join(d or "?" for d in node.input_dtypes), target, v.status, v.restriction,
-                            v.provenance, ""])
+                            v.provenance, replacement_text(plans.get(node.key, {}).get(target))
+                            if v.status != "native" else ""])
     return buf.getvalue()

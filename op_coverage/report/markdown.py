@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from .model import Report
+from .replacement import replacement_text
 
 ICON = {"native": "native", "host-fallback": "**host-fallback**", "unsupported": "**unsupported**"}
 
@@ -43,7 +44,9 @@ def render_markdown(report: Report) -> str:
                 if s["status"] != "native" or s["restriction"]:
                     text = "; ".join(x for x in (s["reason"], s["restriction"]) if x)
                     where = ", ".join(f"`{n}`" for n, _ in r.locations[:5])
-                    out.append(f"- `{_esc(r.label)}` on **{t.name}** ({s['status']}): {_esc(text)} — at {where}")
+                    repl = replacement_text((r.replacement or {}).get(t.name))
+                    out.append(f"- `{_esc(r.label)}` on **{t.name}** ({s['status']}): {_esc(text)} — at {where}"
+                               + (f"; {_esc(repl)}" if repl else ""))
         out.append("")
     for e in report.errors:
         out.append(f"- error: {_esc(e['message'])}")

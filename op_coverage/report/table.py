@@ -4,6 +4,7 @@ from __future__ import annotations
 import textwrap
 
 from .model import ModelReport, Report
+from .replacement import replacement_text
 
 CELL = {"native": "ok", "host-fallback": "host", "unsupported": "NO"}
 COLOR = {"native": "\033[32m", "host-fallback": "\033[33m", "unsupported": "\033[31;1m"}
@@ -66,6 +67,9 @@ def render_model(m: ModelReport, color: bool, width: int) -> list[str]:
             for t, s in bad:
                 lines += textwrap.wrap(f"{t}: {s['status']}: {s['reason']}", width, initial_indent="    ",
                                        subsequent_indent="      ")
+                repl = replacement_text((r.replacement or {}).get(t))
+                if repl:
+                    lines += textwrap.wrap(repl, width, initial_indent="      ", subsequent_indent="        ")
         lines.append("")
     lines.append("Coverage (native share)         by node   by op type   fallback  unsupported")
     for t in m.targets:

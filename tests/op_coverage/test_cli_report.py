@@ -68,7 +68,10 @@ def test_json_validates_against_published_schema(tmp_path):
     assert ops[("com.microsoft", "FastGelu")]["support"]["ascend"]["status"] == "unsupported"
     assert ops[("com.microsoft", "FastGelu")]["support"]["ort-cuda"]["status"] == "native"
     assert ops[("custom.local", "Twice")]["function"] == "custom.local.Twice"
-    assert all(o["replacement"] is None for o in doc["models"][0]["ops"])
+    # the planner fills "replacement" for ops some target lacks, and only for those
+    assert ops[("com.microsoft", "FastGelu")]["replacement"]["ascend"]["status"] in ("replaceable", "blocked")
+    assert all(o["replacement"] is None for o in doc["models"][0]["ops"]
+               if all(s["status"] == "native" for s in o["support"].values()))
 
 
 def test_csv_has_msit_analyze_columns_first(tmp_path):

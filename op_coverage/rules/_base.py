@@ -1,0 +1,224 @@
+"""What a decomposition rule is, and the small builder every rule writes its nodes with.
+
+A rule replaces one node by a composition of other ONNX nodes.  It states the opsets, dtypes
+and attribute values it handles; outside them :meth:`Rule.apply` raises :class:`Decline`
+with the reason, and the planner tries the next rule.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+FLOATS = frozenset({"float", "double", "float16", "bfloat16"})
+INTS = frozenset({"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"})
+NUMERIC = FLOATS | INTS
+
+
+class Decline(Exception):
+    """A rule does not handle this node; the message says why (shown when no rule fits)."""
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One way to express ``domain::op`` with other operators.
+
+    :param name: short unique name, shown in plans (``"erf.abramowitz-stegun"``).
+    :param op: operator replaced; ``domain`` is ``"ai.onnx"`` or e.g. ``"com.microsoft"``.
+    :param since / until: opset versions of ``op``'s domain the rule handles (inclusive; None = open).
+    :param dtypes: input dtypes handled (empty: any).
+    :param build: ``build(b: Builder, node)`` emits the replacement through *b*, writing the
+        node's own output names, or raises :class:`Decline`.
+    :param note: what the rule does, and its accuracy when it is not exact.
+    """
+
+    name: str
+    op: str
+    build: Callable
+    domain: str = "ai.onnx"
+    since: int | None = None
+    until: int | None = None
+    dtypes: frozenset = frozenset()
+    note: str = ""
+    quality: int = 0  # 0 exact; 1 approximate, tight bound; 2 approximate, loose bound (planner prefers low)
+    penalty: float = 0.0  # extra cost beyond the emitted nodes (e.g. a materialised outer product)
+
+    def apply(self, b: "Builder", node: onnx.NodeProto) -> None:
+        """Emit the replacement of *node* into *b*, or raise :class:`Decline` with the reason."""
+        v = b.opset_of(self.domain)
+        if v is not None and ((self.since and v < self.since) or (self.until and v > self.until)):
+            raise Decline(f"{self.name} handles opset {self.since or 1}-{self.until or 'newest'}, model has {v}")
+        if self.dtypes:
+            dts = {d for d in (b.dtype(x) for x in node.input if x) if d}
+            first = b.dtype(node.input[0]) if node.input and node.input[0] else None
+            if first is None and not dts:
+                raise Decline(f"{self.name}: input dtype unknown (needs one of {', '.join(sorted(self.dtypes))})")
+            if first is not None and first not in self.dtypes:
+                raise Decline(f"{self.name}: dtype {first} not handled (handles {', '.join(sorted(self.dtypes))})")
+        self.build(b, node)
+
+
+def attr(node: onnx.NodeProto, name: str, default=None):
+    """The value of attribute *name* of *node*, or *default*."""
+    for a in node.attribute:
+        if a.name == name:
+            return helper.get_attribute_value(a)
+    return default
+
+
+def only_attrs(node: onnx.NodeProto, rule: str, allowed: dict) -> None:
+    """Decline when *node* sets an attribute to a value outside ``allowed`` (name -> set, or None = any)."""
+    for a in node.attribute:
+        if a.name not in allowed:
+            raise Decline(f"{rule}: attribute {a.name} not handled")
+        ok = allowed[a.name]
+        if ok is not None:
+            v = helper.get_attribute_value(a)
+            v = v.decode() if isinstance(v, bytes) else v
+            if v not in ok:
+                raise Decline(f"{rule}: {a.name}={v!r} not handled (handles {sorted(map(str, ok))})")
+
+
+@dataclass
+class Builder:
+    """Collects the nodes that replace one node; gives fresh names and typed constants.
+
+    :param types: value name -> dtype name (``"float"``...) for values visible to the node.
+    :param shapes: value name -> shape list (ints, dim names or None) where known.
+    :param consts: value name -> numpy array for initializers and Constant outputs.
+    :param opsets: domain (``"ai.onnx"``...) -> version.
+    :param fresh: returns a model-wide unique name for a prefix.
+    """
+
+    types: dict
+    shapes: dict
+    consts: dict
+    opsets: dict
+    fresh: Callable[[str], str]
+    prefix: str = "n"
+    nodes: list = field(default_factory=list)
+
+    def opset_of(self, domain: str) -> int | None:
+        return self.opsets.get(domain)
+
+    @property
+    def opset(self) -> int:
+        return self.opsets.get("ai.onnx", 1)
+
+    def dtype(self, name: str) -> str | None:
+        return self.types.get(name)
+
+    def shape(self, name: str):
+        return self.shapes.get(name)
+
+    def rank(self, name: str) -> int | None:
+        s = self.shapes.get(name)
+        return None if s is None else len(s)
+
+    def const_value(self, name: str):
+        """The numpy value of *name* when it is an initializer or a Constant output, else None."""
+        return self.consts.get(name) if name else None
+
+    def op(self, op_type: str, *inputs: str, outputs: int | list | None = None, domain: str = "", **attrs):
+        """Append a node; return its output name (or names when *outputs* > 1 or a list)."""
+        if isinstance(outputs, list):
+            outs = outputs
+        else:
+            outs = [self.fresh(f"{self.prefix}_{op_type}") for _ in range(outputs or 1)]
+        attrs = {k: v for k, v in attrs.items() if v is not None}
+        self.nodes.append(helper.make_node(op_type, list(inputs), outs, name=self.fresh(f"{self.prefix}/{op_type}"),
+                                           domain=domain, **attrs))
+        out_dtype = attrs.get("to")
+        for o in outs:
+            if out_dtype is not None:
+                self.types[o] = _dtype_name(out_dtype)
+        return outs[0] if len(outs) == 1 else outs
+
+    def const(self, value, dtype: str | None = None, like: str | None = None) -> str:
+        """A Constant node holding *value*, typed *dtype* or like the value *like*.
+
+        :raises Decline: when the dtype is needed but unknown.
+        """
+        if dtype is None and like is not None:
+            dtype = self.dtype(like)
+            if dtype is None:
+                raise Decline(f"dtype of {like!r} unknown, cannot type a constant")
+        arr = np.asarray(value, dtype=_np_dtype(dtype) if dtype else None)
+        name = self.fresh(f"{self.prefix}_const")
+        t = numpy_helper.from_array(arr, name)
+        if dtype == "bfloat16":
+            t = helper.make_tensor(name, onnx.TensorProto.BFLOAT16, arr.shape, np.asarray(value, np.float32).ravel())
+        self.nodes.append(helper.make_node("Constant", [], [name], name=self.fresh(f"{self.prefix}/Constant"),
+                                           value=t))
+        self.consts[name] = np.asarray(value)
+        self.types[name] = dtype or _dtype_name(helper.np_dtype_to_tensor_dtype(arr.dtype))
+        return name
+
+    def ints(self, values) -> str:
+        """An int64 1-D constant (axes, shapes, starts...)."""
+        return self.const(np.asarray(values, np.int64).reshape(-1), "int64")
+
+    def scalar_int(self, value) -> str:
+        return self.const(np.asarray(value, np.int64), "int64")
+
+
+def _np_dtype(name: str):
+    if name == "bfloat16":
+        return np.float32
+    return helper.tensor_dtype_to_np_dtype(getattr(onnx.TensorProto, name.upper()))
+
+
+def _dtype_name(elem: int) -> str:
+    return helper.tensor_dtype_to_string(elem).removeprefix("TensorProto.").lower()
+
+
+def dtype_enum(name: str) -> int:
+    return getattr(onnx.TensorProto, name.upper())
+
+
+# -- opset-aware emitters for ops whose signature changed over the opsets ------------------
+_AXES_AS_INPUT = {"ReduceSum": 13, "ReduceMean": 18, "ReduceMax": 18, "ReduceMin": 18, "ReduceProd": 18,
+                  "ReduceL1": 18, "ReduceL2": 18, "ReduceLogSumExp": 18, "ReduceSumSquare": 18,
+                  "ReduceLogSum": 18, "Unsqueeze": 13, "Squeeze": 13}
+
+
+def reduce(b: Builder, op: str, x: str, axes, keepdims: int = 1, outputs=None) -> str:
+    """``op`` (ReduceSum/ReduceMean/...) over *axes* (list of ints, or None for all) at the model's opset."""
+    if b.opset >= _AXES_AS_INPUT[op]:
+        args = [x] if axes is None else [x, b.ints(axes)]
+        return b.op(op, *args, keepdims=keepdims, outputs=outputs)
+    return b.op(op, x, keepdims=keepdims, axes=None if axes is None else list(axes), outputs=outputs)
+
+
+def unsqueeze(b: Builder, x: str, axes, outputs=None) -> str:
+    if b.opset >= 13:
+        return b.op("Unsqueeze", x, b.ints(axes), outputs=outputs)
+    return b.op("Unsqueeze", x, axes=list(axes), outputs=outputs)
+
+
+def squeeze(b: Builder, x: str, axes, outputs=None) -> str:
+    if b.opset >= 13:
+        return b.op("Squeeze", x, b.ints(axes), outputs=outputs)
+    return b.op("Squeeze", x, axes=list(axes), outputs=outputs)
+
+
+def dim(b: Builder, x: str, axis: int) -> str:
+    """The size of *x* along *axis* as an int64 tensor of shape [1]."""
+    return b.op("Gather", b.op("Shape", x), b.ints([axis]), axis=0)
+
+
+def need_rank(b: Builder, x: str, rule: str) -> int:
+    r = b.rank(x)
+    if r is None:
+        raise Decline(f"{rule}: rank of {x!r} unknown (run shape inference or give static shapes)")
+    return r
+
+
+def float_only(b: Builder, x: str, rule: str) -> str:
+    d = b.dtype(x)
+    if d not in FLOATS:
+        raise Decline(f"{rule}: needs a floating-point input, {x!r} is {d or 'of unknown type'}")
+    return d

@@ -1,0 +1,118 @@
+"""Reductions and scans: ReduceL1/L2/LogSum/LogSumExp/SumSquare, CumSum, global pooling."""
+from __future__ import annotations
+
+import numpy as np
+
+from ._base import FLOATS, NUMERIC, Builder, Decline, Rule, attr, dim, dtype_enum, need_rank, only_attrs, reduce
+
+
+def _axes(b: Builder, node, rule: str):
+    """Reduction axes from the attribute (opset < 18) or the constant second input; None = all."""
+    if len(node.input) > 1 and node.input[1]:
+        v = b.const_value(node.input[1])
+        if v is None:
+            raise Decline(f"{rule}: axes input {node.input[1]!r} is not a constant")
+        axes = [int(a) for a in np.asarray(v).reshape(-1)]
+        if not axes and attr(node, "noop_with_empty_axes", 0):
+            return "noop"
+        return axes or None
+    axes = attr(node, "axes")
+    if axes is None and attr(node, "noop_with_empty_axes", 0):
+        return "noop"
+    return list(axes) if axes is not None else None
+
+
+def _reduction(kind: str):
+    def build(b: Builder, node) -> None:
+        rule = f"{kind.lower()}.compose"
+        only_attrs(node, rule, {"axes": None, "keepdims": {0, 1}, "noop_with_empty_axes": {0, 1}})
+        x, out = node.input[0], node.output[0]
+        axes = _axes(b, node, rule)
+        keep = attr(node, "keepdims", 1)
+        if axes == "noop":
+            raise Decline(f"{rule}: noop_with_empty_axes with empty axes is not handled")
+        if kind == "ReduceL1":
+            reduce(b, "ReduceSum", b.op("Abs", x), axes, keep, outputs=[out])
+        elif kind == "ReduceL2":
+            b.op("Sqrt", reduce(b, "ReduceSum", b.op("Mul", x, x), axes, keep), outputs=[out])
+        elif kind == "ReduceSumSquare":
+            reduce(b, "ReduceSum", b.op("Mul", x, x), axes, keep, outputs=[out])
+        elif kind == "ReduceLogSum":
+            b.op("Log", reduce(b, "ReduceSum", x, axes, keep), outputs=[out])
+        elif kind == "ReduceLogSumExp":
+            # max-shifted, so large inputs do not overflow: m + log(sum(exp(x - m)))
+            m = reduce(b, "ReduceMax", x, axes, 1)
+            s = reduce(b, "ReduceSum", b.op("Exp", b.op("Sub", x, m)), axes, keep)
+            mk = m if keep else reduce(b, "ReduceMax", x, axes, 0)
+            b.op("Add", b.op("Log", s), mk, outputs=[out])
+    return build
+
+
+def _cumsum(b: Builder, node) -> None:
+    only_attrs(node, "cumsum.matmul", {"exclusive": {0, 1}, "reverse": {0, 1}})
+    x, axis_in = node.input
+    d = b.dtype(x)
+    if d not in FLOATS | {"int32", "int64"}:
+        raise Decline(f"cumsum.matmul: dtype {d or 'unknown'} not handled (float types, int32, int64)")
+    a = b.const_value(axis_in)
+    r = need_rank(b, x, "cumsum.matmul")
+    exclusive, reverse = attr(node, "exclusive", 0), attr(node, "reverse", 0)
+    if a is None:
+        if r == 1:
+            _cumsum_along(b, x, 0, r, d, exclusive, reverse, node.output[0])
+            return
+        # axis known only at run time: one scan per axis, the right one picked with Where
+        ax = b.op("Reshape", b.op("Cast", axis_in, to=dtype_enum("int64")), b.ints([]))
+        ax = b.op("Mod", b.op("Add", ax, b.scalar_int(r)), b.scalar_int(r))
+        acc = None
+        for k in range(r):
+            yk = _cumsum_along(b, x, k, r, d, exclusive, reverse, None)
+            acc = yk if acc is None else b.op("Where", b.op("Equal", ax, b.scalar_int(k)), yk, acc,
+                                               outputs=[node.output[0]] if k == r - 1 else None)
+        return
+    axis = int(np.asarray(a).reshape(-1)[0]) % r
+    _cumsum_along(b, x, axis, r, d, exclusive, reverse, node.output[0])
+
+
+def _cumsum_along(b: Builder, x: str, axis: int, r: int, d: str, exclusive: int, reverse: int, out):
+    perm = list(range(r))
+    perm[axis], perm[-1] = perm[-1], perm[axis]
+    xt = b.op("Transpose", x, perm=perm) if axis != r - 1 else x
+    # T[i, j] = 1 where i contributes to j: i <= j (inclusive), i < j (exclusive); reversed: i >= j / i > j
+    n = b.op("Squeeze", dim(b, x, axis), b.ints([0])) if b.opset >= 13 else \
+        b.op("Squeeze", dim(b, x, axis), axes=[0])
+    idx = b.op("Range", b.scalar_int(0), n, b.scalar_int(1))
+    rows = b.op("Unsqueeze", idx, b.ints([1])) if b.opset >= 13 else b.op("Unsqueeze", idx, axes=[1])
+    cmp = {(0, 0): "LessOrEqual", (1, 0): "Less", (0, 1): "GreaterOrEqual", (1, 1): "Greater"}[(exclusive, reverse)]
+    tri = b.op("Cast", b.op(cmp, rows, idx), to=dtype_enum(d))
+    outs = [out] if out else None
+    y = b.op("MatMul", xt, tri, outputs=None if axis != r - 1 else outs)
+    if axis != r - 1:
+        y = b.op("Transpose", y, perm=perm, outputs=outs)
+    return y
+
+
+def _global_pool(red: str):
+    def build(b: Builder, node) -> None:
+        x = node.input[0]
+        r = need_rank(b, x, f"global{red[6:].lower()}pool.reduce")
+        reduce(b, red, x, list(range(2, r)), 1, outputs=[node.output[0]])
+    return build
+
+
+RULES = (
+    Rule("reducel1.compose", "ReduceL1", _reduction("ReduceL1"), since=1, dtypes=NUMERIC, note="ReduceSum(Abs(x))"),
+    Rule("reducel2.compose", "ReduceL2", _reduction("ReduceL2"), since=1, dtypes=NUMERIC, note="Sqrt(ReduceSum(x*x))"),
+    Rule("reducesumsquare.compose", "ReduceSumSquare", _reduction("ReduceSumSquare"), since=1, dtypes=NUMERIC,
+         note="ReduceSum(x*x)"),
+    Rule("reducelogsum.compose", "ReduceLogSum", _reduction("ReduceLogSum"), since=1, dtypes=FLOATS,
+         note="Log(ReduceSum(x))"),
+    Rule("reducelogsumexp.compose", "ReduceLogSumExp", _reduction("ReduceLogSumExp"), since=1, dtypes=FLOATS,
+         note="max-shifted log-sum-exp: no overflow for large inputs (ONNX's own body overflows)"),
+    Rule("cumsum.matmul", "CumSum", _cumsum, since=11, dtypes=FLOATS | {"int32", "int64"},
+         note="MatMul with a triangular 0/1 matrix built from Range and a comparison; O(n^2) along the axis"),
+    Rule("globalaveragepool.reduce", "GlobalAveragePool", _global_pool("ReduceMean"), since=1, dtypes=FLOATS,
+         note="ReduceMean over the spatial axes, keepdims"),
+    Rule("globalmaxpool.reduce", "GlobalMaxPool", _global_pool("ReduceMax"), since=1, dtypes=FLOATS,
+         note="ReduceMax over the spatial axes, keepdims"),
+)

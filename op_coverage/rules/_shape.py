@@ -1,0 +1,159 @@
+"""Layout ops: Flatten, Expand, DepthToSpace/SpaceToDepth, Trilu, OneHot."""
+from __future__ import annotations
+
+import numpy as np
+
+from ._base import NUMERIC, Builder, Decline, Rule, attr, dim, dtype_enum, need_rank, only_attrs, unsqueeze
+
+
+def _flatten(b: Builder, node) -> None:
+    x = node.input[0]
+    r = need_rank(b, x, "flatten.reshape")
+    axis = attr(node, "axis", 1)
+    axis = axis + r if axis < 0 else axis
+    shape = b.shape(x)
+    head = shape[:axis]
+    if all(isinstance(d, int) and d > 0 for d in head):
+        target = b.ints([int(np.prod(head, dtype=np.int64)) if head else 1, -1])
+    else:
+        tail = shape[axis:]
+        if all(isinstance(d, int) and d > 0 for d in tail):
+            target = b.ints([-1, int(np.prod(tail, dtype=np.int64)) if tail else 1])
+        else:
+            s = b.op("Shape", x)
+            def prod(lo, hi):
+                if lo == hi:
+                    return b.ints([1])
+                part = b.op("Slice", s, b.ints([lo]), b.ints([hi]), b.ints([0]))
+                return b.op("ReduceProd", part, keepdims=1) if b.opset < 18 else \
+                    b.op("ReduceProd", part, b.ints([0]), keepdims=1)
+            target = b.op("Concat", prod(0, axis), prod(axis, r), axis=0)
+    b.op("Reshape", x, target, outputs=[node.output[0]])
+
+
+def _expand(b: Builder, node) -> None:
+    x, shape = node.input
+    d = b.dtype(x)
+    if d == "bool":
+        ones = b.op("ConstantOfShape", shape, value=_tensor(False, "bool"))
+        b.op("Or", x, ones, outputs=[node.output[0]])
+        return
+    if d not in NUMERIC:
+        raise Decline(f"expand.mul: dtype {d or 'unknown'} not handled")
+    ones = b.op("ConstantOfShape", shape, value=_tensor(1, d))
+    b.op("Mul", x, ones, outputs=[node.output[0]])
+
+
+def _tensor(v, d):
+    from onnx import helper
+    return helper.make_tensor("value", dtype_enum(d), [1], [v])
+
+
+def _depth_space(to_space: bool):
+    rule = "depthtospace.reshape" if to_space else "spacetodepth.reshape"
+
+    def build(b: Builder, node) -> None:
+        only_attrs(node, rule, {"blocksize": None, "mode": {"DCR", "CRD"}})
+        x = node.input[0]
+        shape = b.shape(x)
+        if shape is None or len(shape) != 4 or not all(isinstance(d, int) and d > 0 for d in shape):
+            raise Decline(f"{rule}: needs a static 4-D input shape")
+        n, c, h, w = shape
+        bs = attr(node, "blocksize")
+        mode = attr(node, "mode", b"DCR")
+        mode = mode.decode() if isinstance(mode, bytes) else mode
+        if to_space:
+            if mode == "DCR":
+                t = b.op("Reshape", x, b.ints([n, bs, bs, c // bs // bs, h, w]))
+                t = b.op("Transpose", t, perm=[0, 3, 4, 1, 5, 2])
+            else:
+                t = b.op("Reshape", x, b.ints([n, c // bs // bs, bs, bs, h, w]))
+                t = b.op("Transpose", t, perm=[0, 1, 4, 2, 5, 3])
+            b.op("Reshape", t, b.ints([n, c // bs // bs, h * bs, w * bs]), outputs=[node.output[0]])
+        else:
+            t = b.op("Reshape", x, b.ints([n, c, h // bs, bs, w // bs, bs]))
+            t = b.op("Transpose", t, perm=[0, 3, 5, 1, 2, 4] if mode == "DCR" else [0, 1, 3, 5, 2, 4])
+            b.op("Reshape", t, b.ints([n, c * bs * bs, h // bs, w // bs]), outputs=[node.output[0]])
+    return build
+
+
+def _trilu(where: bool):
+    rule = "trilu.where" if where else "trilu.mul"
+
+    def build(b: Builder, node) -> None:
+        only_attrs(node, rule, {"upper": {0, 1}})
+        x = node.input[0]
+        r = need_rank(b, x, rule)
+        d = b.dtype(x)
+        if not where and d not in NUMERIC:
+            raise Decline(f"{rule}: dtype {d or 'unknown'} is not numeric")
+        rows = b.op("Range", b.scalar_int(0), _scalar(b, dim(b, x, r - 2)), b.scalar_int(1))
+        cols = b.op("Range", b.scalar_int(0), _scalar(b, dim(b, x, r - 1)), b.scalar_int(1))
+        diff = b.op("Sub", cols, unsqueeze(b, rows, [1]))  # [M, N]: j - i
+        if len(node.input) > 1 and node.input[1]:
+            k = b.op("Reshape", node.input[1], b.ints([]))
+        else:
+            k = b.scalar_int(0)
+        upper = attr(node, "upper", 1)
+        keep = b.op("GreaterOrEqual" if upper else "LessOrEqual", diff, k)
+        if where:
+            zero = b.op("Cast", b.scalar_int(0), to=dtype_enum(d)) if d else None
+            if zero is None:
+                raise Decline(f"{rule}: input dtype unknown")
+            b.op("Where", keep, x, zero, outputs=[node.output[0]])
+        else:
+            b.op("Mul", x, b.op("Cast", keep, to=dtype_enum(d)), outputs=[node.output[0]])
+    return build
+
+
+def _scalar(b: Builder, one: str) -> str:
+    return b.op("Reshape", one, b.ints([]))
+
+
+def _onehot(where: bool):
+    rule = "onehot.where" if where else "onehot.mul"
+
+    def build(b: Builder, node) -> None:
+        only_attrs(node, rule, {"axis": None})
+        ind, depth, values = node.input
+        r = need_rank(b, ind, rule)
+        axis = attr(node, "axis", -1)
+        axis = axis + r + 1 if axis < 0 else axis
+        vd = b.dtype(values)
+        if vd is None:
+            raise Decline(f"{rule}: dtype of values unknown")
+        if not where and vd not in NUMERIC:
+            raise Decline(f"{rule}: values dtype {vd} is not numeric")
+        d = b.op("Cast", b.op("Reshape", depth, b.ints([])), to=dtype_enum("int64"))
+        idx = b.op("Cast", ind, to=dtype_enum("int64"))
+        # negative indices count from the end: idx + depth * (idx < 0)
+        idx = b.op("Add", idx, b.op("Mul", d, b.op("Cast", b.op("Less", idx, b.scalar_int(0)),
+                                                   to=dtype_enum("int64"))))
+        rng = b.op("Range", b.scalar_int(0), d, b.scalar_int(1))
+        trailing = r - axis  # dims of the output after the one-hot axis
+        if trailing:
+            rng = unsqueeze(b, rng, list(range(1, trailing + 1)))
+        hot = b.op("Equal", unsqueeze(b, idx, [axis]), rng)
+        off = b.op("Gather", values, b.scalar_int(0), axis=0)
+        on = b.op("Gather", values, b.scalar_int(1), axis=0)
+        if where:
+            b.op("Where", hot, on, off, outputs=[node.output[0]])
+        else:
+            h = b.op("Cast", hot, to=dtype_enum(vd))
+            b.op("Add", b.op("Mul", h, b.op("Sub", on, off)), off, outputs=[node.output[0]])
+    return build
+
+
+RULES = (
+    Rule("flatten.reshape", "Flatten", _flatten, since=1, note="Reshape to [prod(dims[:axis]), prod(dims[axis:])]"),
+    Rule("expand.mul", "Expand", _expand, since=8, note="x * ConstantOfShape(shape, 1) (Or with false for bool)"),
+    Rule("depthtospace.reshape", "DepthToSpace", _depth_space(True), since=1,
+         note="Reshape-Transpose-Reshape with a static NCHW shape, DCR and CRD"),
+    Rule("spacetodepth.reshape", "SpaceToDepth", _depth_space(False), since=1,
+         note="Reshape-Transpose-Reshape with a static NCHW shape"),
+    Rule("trilu.where", "Trilu", _trilu(True), since=14, note="mask from Range(j) - Range(i) compared with k; Where"),
+    Rule("trilu.mul", "Trilu", _trilu(False), since=14, dtypes=NUMERIC,
+         note="same mask, multiplied in (no Where); inf/NaN in the dropped triangle become NaN"),
+    Rule("onehot.where", "OneHot", _onehot(True), since=9, note="Equal(indices, Range(depth)) then Where(on, off)"),
+    Rule("onehot.mul", "OneHot", _onehot(False), since=9, note="Equal(indices, Range(depth)) blended arithmetically"),
+)
