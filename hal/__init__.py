@@ -9,6 +9,10 @@ and loaded on first use (``hal.device()``, ``hal list``)::
 """
 __version__ = "0.1.0"
 
+# hal.backend is both a submodule (the Backend class) and the public function returning the
+# selected backend; importing the submodule first lets the function name win at package level
+# while ``from hal.backend import Backend`` keeps working.
+import hal.backend as _backend_module  # noqa: F401,E402
 from hal._errors import BackendUnavailable, HalError, NoDevice, NotSupported
 from hal.device import (Event, Stream, autocast, backend, backend_name, current_device,
                         current_stream, device, device_count, device_type, empty_cache,

@@ -205,7 +205,6 @@ class Registry:
     def _forced(self, wanted: str) -> Candidate:
         cands = self.candidates()
         matches = [c for c in cands if c.name == wanted] or [c for c in cands if c.spec.device_type == wanted]
-        usable = ", ".join(c.name for c in cands if c.status is Status.AVAILABLE) or "none"
         if not matches:
             known = ", ".join(sorted({c.name for c in cands}))
             raise BackendUnavailable(f"{ENV_BACKEND}={wanted}: no backend has that name or device type; "
@@ -215,6 +214,7 @@ class Registry:
             if c.status is Status.AVAILABLE and self.load(c) is not None:
                 return c
             reasons.append(f"{c.name}: {c.status.value} ({c.result.reason})")
+        usable = ", ".join(c.name for c in cands if c.status is Status.AVAILABLE) or "none"
         raise BackendUnavailable(f"{ENV_BACKEND}={wanted}: " + "; ".join(reasons) +
                                  f"; unset {ENV_BACKEND} or choose one of: {usable}")
 

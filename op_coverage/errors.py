@@ -1,0 +1,64 @@
+"""Errors a scan reports to its user, each with the exit code the CLI returns for it.
+
+Every message names the thing, the reason and the fix, on one line.
+"""
+from __future__ import annotations
+
+
+class ScanError(Exception):
+    """Base class: a model or a profile that cannot be scanned. ``exit_code`` is documented."""
+
+    exit_code = 10
+    kind = "bad-input"
+
+    def __init__(self, message: str):
+        super().__init__(message)
+
+
+class ModelNotFound(ScanError):
+    """The path does not exist or holds no model."""
+
+    exit_code = 10
+    kind = "not-found"
+
+
+class NotOnnx(ScanError):
+    """The file is not an ONNX model, or it is corrupt."""
+
+    exit_code = 11
+    kind = "not-onnx"
+
+
+class TruncatedModel(ScanError):
+    """The file ends in the middle of a message: an interrupted copy or download."""
+
+    exit_code = 12
+    kind = "truncated"
+
+
+class UnsafeExternalData(ScanError):
+    """An external-data location points outside the model's folder."""
+
+    exit_code = 13
+    kind = "unsafe-external-data"
+
+
+class UnknownOpset(ScanError):
+    """The model imports an opset version or uses a domain this installation cannot interpret."""
+
+    exit_code = 14
+    kind = "unknown-opset"
+
+
+class BadProfile(ScanError):
+    """A target profile file is missing, malformed or does not match the schema."""
+
+    exit_code = 15
+    kind = "bad-profile"
+
+
+class UnknownTarget(ScanError):
+    """A ``--target`` name that no profile provides."""
+
+    exit_code = 16
+    kind = "unknown-target"

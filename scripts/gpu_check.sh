@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# The CUDA path on a lent GPU, as one prepared script.  Writes its evidence to
+# $OUT (when set by the device runner) or docs/validation/, named with the date.
+# Usage: bash scripts/gpu_check.sh        (expects an NVIDIA GPU and a CUDA torch)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+day=$(date -u +%Y-%m-%d)
+dest=${OUT:-docs/validation}
+mkdir -p "$dest"
+log="$dest/gpu-check-$day.log"
+{
+  echo "# gpu-check $day on $(hostname)"
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv 2>&1 || echo "nvidia-smi not available"
+  "$PY" -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'devices', torch.cuda.device_count())"
+  if ! "$PY" -c "import hal" 2>/dev/null; then
+    "$PY" -m pip install -q --no-build-isolation -e . || "$PY" -m pip install -q -e .
+  fi
+  echo "## hal list --json"; "$PY" -m hal list --json
+  echo "## hal info --json"; HAL_BACKEND=cuda "$PY" -m hal info --json
+  echo "## backend tests (every usable backend, cuda included)"
+  PYTHONUNBUFFERED=1 "$PY" -m pytest -q -p no:cacheprovider tests/backend -rs
+  for extra in scripts/gpu_check.d/*.sh; do
+    [ -e "$extra" ] || continue
+    echo "## $extra"; bash "$extra"
+  done
+} 2>&1 | tee "$log"
+echo "evidence written to $log"

@@ -1,0 +1,32 @@
+"""Bounded memory: scanning embedded weights must not hold them (let alone twice)."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from oc_models import embedded
+
+ROOT = Path(__file__).resolve().parents[2]
+PEAK = ("print([l for l in open('/proc/self/status') if l.startswith('VmHWM')][0].split()[1])")
+
+
+def _peak_kib(code: str) -> int:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    out = subprocess.run([sys.executable, "-c", code + "\n" + PEAK], capture_output=True, text=True, env=env,
+                         check=True, timeout=300).stdout
+    return int(out.split()[-1])
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="peak RSS is read from /proc (Linux only)")
+def test_scan_of_embedded_weights_stays_small(tmp_path):
+    mib = 128  # the 1 GiB case is in bench/bench_scan.py
+    p = embedded(tmp_path, mib)
+    base = _peak_kib("import op_coverage, op_coverage.scan, onnx")
+    scanned = _peak_kib(f"import op_coverage, op_coverage.scan, onnx\n"
+                        f"r = op_coverage.scan({str(p)!r}, ['ort-cpu', 'ascend'], progress=False)\n"
+                        f"assert r.models[0].model['weight_bytes'] >= {mib} * 2**20")
+    grown = (scanned - base) / 1024
+    assert grown < mib * 0.1, f"scan grew peak RSS by {grown:.0f} MiB for a {mib} MiB model"

@@ -1,0 +1,131 @@
+"""Target profiles: bundled data is valid and cited; verdicts follow op, opset and dtype."""
+import json
+from pathlib import Path
+
+import jsonschema
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from oc_models import N, vi
+from op_coverage import list_targets
+from op_coverage.datafiles import names, read_json
+from op_coverage.errors import BadProfile, UnknownTarget
+from op_coverage.inventory import build_inventory
+from op_coverage.load import load_for_scan
+from op_coverage.targets import load_targets
+
+EXPECTED = {"ort-cpu", "ort-cuda", "ort-dml", "tensorrt", "ascend", "openvino", "migraphx", "musa", "rknn",
+            "nncase", "axera"}
+
+
+def test_bundled_profiles_validate_and_name_their_source():
+    schema = read_json("profile.schema.json")
+    found = set()
+    for fname in names(".profile.json"):
+        data = read_json(fname)
+        jsonschema.Draft202012Validator(schema).validate(data)
+        assert data["source"]["repo"] and data["source"]["commit"], fname
+        assert data["entries"], fname
+        found.add(data["name"])
+    assert found == EXPECTED
+
+
+def test_targets_lists_provenance_and_live_probe():
+    rows = {r["name"]: r for r in list_targets()}
+    assert EXPECTED | {"ort-live"} <= set(rows)
+    assert rows["ascend"]["kind"] == "published-table" and "Ascend-msit" in rows["ascend"]["provenance"]
+    assert rows["ort-live"]["kind"] == "live-probe"
+    assert "cann" in rows["ascend"]["aliases"]
+
+
+def _node(tmp_path, op, dtype=TensorProto.FLOAT, opset=17, domain=""):
+    g = helper.make_graph([N(op, ["x"], ["y"], domain=domain)], "g", [vi("x", dtype, [2])], [vi("y", dtype, [2])])
+    imports = [helper.make_opsetid("", opset)] + ([helper.make_opsetid(domain, 1)] if domain else [])
+    m = helper.make_model(g, opset_imports=imports)
+    m.ir_version = 9
+    p = tmp_path / f"{op}.onnx"
+    onnx.save(m, p)
+    return build_inventory(load_for_scan(p)).nodes[0]
+
+
+def test_dtype_restriction_gives_reason(tmp_path):
+    ts = load_targets(use_plugins=False)
+    # Relu has float kernels; no runtime registers it for bool
+    assert ts.get("ort-cuda").judge(_node(tmp_path, "Relu", TensorProto.FLOAT)).status == "native"
+    v = ts.get("ort-cpu").judge(_node(tmp_path, "Relu", TensorProto.BOOL))
+    assert v.status == "unsupported" and "dtype bool" in v.reason
+
+
+def test_ort_gpu_profile_falls_back_to_cpu_kernel(tmp_path):
+    ts = load_targets(use_plugins=False)
+    node = _node(tmp_path, "Relu", TensorProto.INT32)  # CPU has int32 Relu, CUDA does not list it
+    cpu, cuda = ts.get("ort-cpu").judge(node), ts.get("ort-cuda").judge(node)
+    assert cpu.status == "native"
+    assert cuda.status == "host-fallback" and "ort-cpu" in cuda.reason
+
+
+def test_partial_maps_to_native_with_restriction(tmp_path):
+    ts = load_targets(use_plugins=False)
+    v = ts.get("tensorrt").judge(_node(tmp_path, "Resize"))
+    assert v.status == "native" and v.restriction
+
+
+def test_unknown_op_in_onnx_domain(tmp_path):
+    g = helper.make_graph([N("Convx", ["x"], ["y"])], "g", [vi("x", TensorProto.FLOAT, [2])],
+                          [vi("y", TensorProto.FLOAT, [2])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    p = tmp_path / "convx.onnx"
+    onnx.save(m, p)
+    node = build_inventory(load_for_scan(p)).nodes[0]
+    v = load_targets(use_plugins=False).get("ascend").judge(node)
+    assert v.status == "unsupported" and "not an operator of ai.onnx" in v.reason
+
+
+def test_user_profile_extends_targets(tmp_path):
+    prof = {"format": "op_coverage.profile/1", "name": "my-npu", "kind": "user",
+            "source": {"doc": "vendor datasheet v1"},
+            "unlisted": {"status": "host-fallback", "reason": "runs on the host"},
+            "entries": [{"domain": "ai.onnx", "op": "Relu", "since": 1, "until": None, "dtypes": ["float"],
+                         "status": "native"}]}
+    f = tmp_path / "my.json"
+    f.write_text(json.dumps(prof))
+    ts = load_targets([str(f)], use_plugins=False)
+    p = ts.resolve_names(["my-npu"])[0]
+    assert p.judge(_node(tmp_path, "Relu")).status == "native"
+    assert p.judge(_node(tmp_path, "Tanh")).status == "host-fallback"
+
+
+def test_bad_profile_and_unknown_target(tmp_path):
+    f = tmp_path / "bad.json"
+    f.write_text(json.dumps({"name": "x", "entries": [{"op": "Relu", "status": "maybe"}]}))
+    with pytest.raises(BadProfile, match="entries/0/status"):
+        load_targets([str(f)], use_plugins=False)
+    with pytest.raises(UnknownTarget, match="choose from"):
+        load_targets(use_plugins=False).resolve_names(["no-such-chip"])
+    with pytest.raises(UnknownTarget, match="Cambricon"):
+        load_targets(use_plugins=False).resolve_names(["cambricon"])
+
+
+def test_plugin_profiles_through_hal_hook(monkeypatch):
+    import op_coverage.targets as targets
+    prof = {"name": "emu", "kind": "plugin", "entries": [{"op": "Add", "status": "native"}]}
+    monkeypatch.setattr(targets, "plugin_profiles", lambda: [("hal-emulator", prof), ("broken", {"nope": 1})])
+    ts = load_targets()
+    assert "emu" not in ts.profiles  # plugins load lazily: a bundled target never pays for them
+    assert ts.get("emu").origin == "hal plugin hal-emulator"
+    assert any("broken" in p for p in ts.problems)
+
+
+def test_live_probe_uses_onnxruntime(tmp_path):
+    ts = load_targets(use_plugins=False)
+    live = ts.get("ort-live")
+    ok = live.judge(_node(tmp_path, "Relu"))
+    assert ok.status == "native" and "onnxruntime session" in ok.provenance
+    bad = live.judge(_node(tmp_path, "Relu", TensorProto.BOOL))  # no CPU kernel for bool Relu
+    assert bad.status == "unsupported" and "onnxruntime" in bad.reason
+
+
+def test_profile_schema_is_published_beside_the_data():
+    root = Path(__file__).resolve().parents[2] / "op_coverage" / "data"
+    assert (root / "profile.schema.json").is_file() and (root / "report.schema.json").is_file()
