@@ -209,9 +209,22 @@ def roi_align(input, boxes, spatial_scale, pooled_height, pooled_width, sampling
 
 def roi_align_backward(grad, boxes, spatial_scale, pooled_height, pooled_width, sampling_ratio, aligned,
                        input_shape: Sequence[int]):
-    """RoIAlign is linear in its input: its gradient is the adjoint, taken by autograd."""
-    with torch.enable_grad():
-        x = torch.zeros(tuple(input_shape), dtype=_up(grad).dtype, device=grad.device, requires_grad=True)
-        y = roi_align(x, boxes, spatial_scale, pooled_height, pooled_width, sampling_ratio, aligned)
-        (gx,) = torch.autograd.grad(y, x, grad.to(y.dtype), allow_unused=True)
-    return (torch.zeros_like(x) if gx is None else gx).to(grad.dtype).detach()
+    """The adjoint of :func:`roi_align`: each bin's gradient spread over its samples' four
+    bilinear neighbours (index_add_, so overlapping boxes accumulate)."""
+    N, C, H, W = (int(s) for s in input_shape)
+    dt = _up(grad).dtype
+    gi = torch.zeros(N, C, H * W, dtype=dt, device=grad.device)
+    for k, roi in enumerate(boxes.detach().double().cpu().tolist()):
+        b, sh, sw, bh, bw, gh, gw = _roi_geometry(roi, spatial_scale, pooled_height, pooled_width,
+                                                  sampling_ratio, aligned)
+        if gh * gw == 0:
+            continue
+        yl, yh, hy, ly, vy = _sample_axis(sh, bh, pooled_height, gh, H, grad.device, dt)
+        xl, xh, hx, lx, vx = _sample_axis(sw, bw, pooled_width, gw, W, grad.device, dt)
+        g = grad[k].to(dt) / (gh * gw)  # (C, PH, PW) -> one value per sample
+        g = g.repeat_interleave(gh, 1).repeat_interleave(gw, 2) * (vy[:, None] & vx[None, :])
+        for yi, wy in ((yl, hy), (yh, ly)):
+            for xi, wx in ((xl, hx), (xh, lx)):
+                idx = (yi[:, None] * W + xi[None, :]).reshape(-1)
+                gi[b].index_add_(1, idx, (g * (wy[:, None] * wx[None, :])).reshape(C, -1))
+    return gi.reshape(N, C, H, W).to(grad.dtype)
