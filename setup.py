@@ -26,7 +26,7 @@ ext = Pybind11Extension(
     sorted(glob.glob("csrc/*.cpp")),
     include_dirs=["csrc"],
     define_macros=[("HAL_VERSION_INFO", f'"{VERSION}"')],
-    extra_compile_args=["-O3"] + OPENMP,
+    extra_compile_args=["-O3", "-fno-math-errno"] + OPENMP,
     extra_link_args=OPENMP,
     depends=sorted(glob.glob("csrc/*.h")),
     cxx_std=17,

@@ -10,8 +10,6 @@ constexpr float kSqrt2_Pi = 0.79788456080286535588f;   // sqrt(2/pi)
 constexpr float kInvSqrt2Pi = 0.39894228040143267794f;  // 1/sqrt(2*pi)
 constexpr float kGeluC = 0.044715f;
 
-inline float sigmoid(float v) { return 1.0f / (1.0f + std::exp(-v)); }
-
 void swiglu_fwd(py::array x, py::array y) {
     const char* op = "swiglu";
     check_contiguous(x, op, "x");
@@ -36,7 +34,7 @@ void swiglu_fwd(py::array x, py::array y) {
 #pragma omp simd
             for (int64_t i = 0; i < n; ++i) {
                 const float av = load(a, i);
-                store(yr, i, av * sigmoid(av) * load(b, i));
+                store(yr, i, av * sigmoid_f(av) * load(b, i));
             }
         }
     });
@@ -70,7 +68,7 @@ void swiglu_bwd(py::array dy, py::array x, py::array dx) {
 #pragma omp simd
             for (int64_t i = 0; i < n; ++i) {
                 const float av = load(a, i), bv = load(b, i), gv = load(g, i);
-                const float s = sigmoid(av);
+                const float s = sigmoid_f(av);
                 store(da, i, gv * bv * s * (1.0f + av * (1.0f - s)));
                 store(db, i, gv * av * s);
             }
@@ -102,13 +100,13 @@ void gelu_fwd(py::array x, py::array y, bool tanh_approx) {
 #pragma omp parallel for simd schedule(static)
             for (int64_t i = 0; i < n; ++i) {
                 const float v = load(xp, i);
-                store(yp, i, 0.5f * v * (1.0f + std::tanh(kSqrt2_Pi * (v + kGeluC * v * v * v))));
+                store(yp, i, v * sigmoid_f(2.0f * kSqrt2_Pi * (v + kGeluC * v * v * v)));  // 0.5v(1+tanh u) = v*sigmoid(2u)
             }
         } else {
 #pragma omp parallel for simd schedule(static)
             for (int64_t i = 0; i < n; ++i) {
                 const float v = load(xp, i);
-                store(yp, i, 0.5f * v * (1.0f + std::erf(v * kSqrt1_2)));
+                store(yp, i, 0.5f * v * one_plus_erf(v * kSqrt1_2));
             }
         }
     });
@@ -132,15 +130,16 @@ void gelu_bwd(py::array dy, py::array x, py::array dx, bool tanh_approx) {
 #pragma omp parallel for simd schedule(static)
             for (int64_t i = 0; i < n; ++i) {
                 const float v = load(xp, i);
-                const float t = std::tanh(kSqrt2_Pi * (v + kGeluC * v * v * v));
-                const float d = 0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * kSqrt2_Pi * (1.0f + 3.0f * kGeluC * v * v);
+                // with s = sigmoid(2u): 0.5(1 + tanh u) = s and 0.5(1 - tanh^2 u) = 2s(1 - s)
+                const float s = sigmoid_f(2.0f * kSqrt2_Pi * (v + kGeluC * v * v * v));
+                const float d = s + 2.0f * v * s * (1.0f - s) * kSqrt2_Pi * (1.0f + 3.0f * kGeluC * v * v);
                 store(dp, i, load(gp, i) * d);
             }
         } else {
 #pragma omp parallel for simd schedule(static)
             for (int64_t i = 0; i < n; ++i) {
                 const float v = load(xp, i);
-                const float d = 0.5f * (1.0f + std::erf(v * kSqrt1_2)) + v * kInvSqrt2Pi * std::exp(-0.5f * v * v);
+                const float d = 0.5f * one_plus_erf(v * kSqrt1_2) + v * kInvSqrt2Pi * exp_f(-0.5f * v * v);
                 store(dp, i, load(gp, i) * d);
             }
         }

@@ -14,6 +14,8 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -113,6 +115,42 @@ inline void store(f16* p, int64_t i, float v) {  // float -> IEEE half, round to
     p[i].bits = out;
 }
 #endif
+
+// ---- branch-free math (libm's expf/erff/tanhf are scalar calls that stop vectorisation)
+// exp: Cephes' polynomial on x - n*ln2, scaled by 2^n built in the exponent bits;
+// relative error < 2e-7 over the float range; exactly 0 below -87.3 (so exp(-inf) = 0).
+inline float exp_f(float x) {
+    const float xc = std::min(std::max(x, -87.3365f), 88.7228f);
+    const float t = xc * 1.44269504088896341f;
+    const int32_t n = static_cast<int32_t>(t + (t >= 0.0f ? 0.5f : -0.5f));  // round half away
+    const float nf = static_cast<float>(n);
+    const float r = (xc - nf * 0.693359375f) + nf * 2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    const float e = p * r * r + r + 1.0f;
+    const int32_t bits = (n + 127) << 23;
+    float scale;
+    std::memcpy(&scale, &bits, 4);
+    const float out = x > 88.7228f ? std::numeric_limits<float>::infinity() : e * scale;
+    return x < -87.3365f ? 0.0f : (x != x ? x : out);
+}
+
+inline float sigmoid_f(float v) { return 1.0f / (1.0f + exp_f(-v)); }
+
+// 1 + erf(z), from Abramowitz & Stegun 7.1.26 (|error| < 1.5e-7): erfc(|z|) = poly(t) exp(-z^2)
+// is computed directly for z < 0, so the left tail never cancels to 0 as 1 + erf(z) would.
+inline float one_plus_erf(float z) {
+    const float a = std::fabs(z);
+    const float t = 1.0f / (1.0f + 0.3275911f * a);
+    const float poly = ((((1.061405429f * t - 1.453152027f) * t + 1.421413741f) * t - 0.284496736f) * t +
+                        0.254829592f) * t;
+    const float q = poly * exp_f(-a * a);  // erfc(|z|)
+    return z < 0.0f ? q : 2.0f - q;
+}
 
 // ---- argument checks (std::invalid_argument -> ValueError, py::type_error -> TypeError)
 inline DType dtype_of(const py::array& a, const char* op, const char* name) {

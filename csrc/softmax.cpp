@@ -78,7 +78,7 @@ void softmax_fwd(py::array x, py::object mask, py::array y, double scale, bool c
                 double sum = 0.0;
 #pragma omp simd reduction(+ : sum)
                 for (int64_t c = 0; c < cols; ++c) {
-                    v[c] = std::exp(v[c] - mx);
+                    v[c] = exp_f(v[c] - mx);
                     sum += v[c];
                 }
                 const float inv = static_cast<float>(1.0 / sum);
