@@ -26,7 +26,7 @@ void swiglu_fwd(py::array x, py::array y) {
         const T* xp = cptr<T>(x);
         T* yp = mptr<T>(y);
         py::gil_scoped_release nogil;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(guided)
         for (int64_t r = 0; r < rows; ++r) {
             const T* a = xp + r * cols;
             const T* b = a + n;
@@ -58,7 +58,7 @@ void swiglu_bwd(py::array dy, py::array x, py::array dx) {
         const T* gp = cptr<T>(dy);
         T* dxp = mptr<T>(dx);
         py::gil_scoped_release nogil;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(guided)
         for (int64_t r = 0; r < rows; ++r) {
             const T* a = xp + r * cols;
             const T* b = a + n;
@@ -97,13 +97,13 @@ void gelu_fwd(py::array x, py::array y, bool tanh_approx) {
         T* yp = mptr<T>(y);
         py::gil_scoped_release nogil;
         if (tanh_approx) {
-#pragma omp parallel for simd schedule(static)
+#pragma omp parallel for simd schedule(guided)
             for (int64_t i = 0; i < n; ++i) {
                 const float v = load(xp, i);
                 store(yp, i, v * sigmoid_f(2.0f * kSqrt2_Pi * (v + kGeluC * v * v * v)));  // 0.5v(1+tanh u) = v*sigmoid(2u)
             }
         } else {
-#pragma omp parallel for simd schedule(static)
+#pragma omp parallel for simd schedule(guided)
             for (int64_t i = 0; i < n; ++i) {
                 const float v = load(xp, i);
                 store(yp, i, 0.5f * v * one_plus_erf(v * kSqrt1_2));
@@ -127,7 +127,7 @@ void gelu_bwd(py::array dy, py::array x, py::array dx, bool tanh_approx) {
         T* dp = mptr<T>(dx);
         py::gil_scoped_release nogil;
         if (tanh_approx) {
-#pragma omp parallel for simd schedule(static)
+#pragma omp parallel for simd schedule(guided)
             for (int64_t i = 0; i < n; ++i) {
                 const float v = load(xp, i);
                 // with s = sigmoid(2u): 0.5(1 + tanh u) = s and 0.5(1 - tanh^2 u) = 2s(1 - s)
@@ -136,7 +136,7 @@ void gelu_bwd(py::array dy, py::array x, py::array dx, bool tanh_approx) {
                 store(dp, i, load(gp, i) * d);
             }
         } else {
-#pragma omp parallel for simd schedule(static)
+#pragma omp parallel for simd schedule(guided)
             for (int64_t i = 0; i < n; ++i) {
                 const float v = load(xp, i);
                 const float d = 0.5f * one_plus_erf(v * kSqrt1_2) + v * kInvSqrt2Pi * exp_f(-0.5f * v * v);

@@ -54,12 +54,9 @@ inline float load(const bf16* p, int64_t i) {
 inline void store(bf16* p, int64_t i, float v) {
     uint32_t u;
     std::memcpy(&u, &v, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) {  // NaN stays a quiet NaN
-        p[i].bits = static_cast<uint16_t>((u >> 16) | 0x40u);
-        return;
-    }
-    u += 0x7fffu + ((u >> 16) & 1u);  // round to nearest even, as torch does
-    p[i].bits = static_cast<uint16_t>(u >> 16);
+    const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;  // round to nearest even, as torch does
+    const uint32_t quiet_nan = (u >> 16) | 0x40u;                      // NaN stays a quiet NaN
+    p[i].bits = static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded);
 }
 
 #if defined(__FLT16_MAX__)

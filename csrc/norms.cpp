@@ -54,7 +54,7 @@ void rms_norm_fwd(py::array x, py::array w, py::array y, double eps) {
         const T* wp = cptr<T>(w);
         T* yp = mptr<T>(y);
         py::gil_scoped_release nogil;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(guided)
         for (int64_t r = 0; r < rows; ++r) {
             const T* xr = xp + r * cols;
             T* yr = yp + r * cols;
@@ -90,7 +90,7 @@ void rms_norm_bwd(py::array dy, py::array x, py::array w, py::array dx, py::arra
 #pragma omp parallel
         {
             double* dwr = acc.row(thread_id());
-#pragma omp for schedule(static)
+#pragma omp for schedule(guided)
             for (int64_t r = 0; r < rows; ++r) {
                 const T* xr = xp + r * cols;
                 const T* gr = dyp + r * cols;
@@ -151,7 +151,7 @@ void layer_norm_fwd(py::array x, py::object residual, py::array w, py::object b,
         const T* bp = has_b ? cptr<T>(bb) : nullptr;
         T* yp = mptr<T>(y);
         py::gil_scoped_release nogil;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(guided)
         for (int64_t r = 0; r < rows; ++r) {
             const T* src = xp + r * cols;
             if (has_res) {  // the sum is rounded to T first, exactly like x + residual in torch
@@ -230,7 +230,7 @@ void layer_norm_bwd(py::array dy, py::object dh_extra, py::array h, py::array w,
         {
             double* dwr = accw.row(thread_id());
             double* dbr = has_db ? accb.row(thread_id()) : nullptr;
-#pragma omp for schedule(static)
+#pragma omp for schedule(guided)
             for (int64_t r = 0; r < rows; ++r) {
                 const T* hr = hp + r * cols;
                 const T* gr = gp + r * cols;

@@ -36,7 +36,7 @@ void rotary_fwd(py::array x, py::array cos, py::array sin, py::array y, int64_t 
         const float* sp = cptr<float>(sin);
         const float sg = static_cast<float>(sign);
         py::gil_scoped_release nogil;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(guided)
         for (int64_t r = 0; r < rows; ++r) {
             const int64_t p = (r / pos_div) % pos_mod;
             const T* xr = xp + r * dim;

@@ -52,7 +52,7 @@ void softmax_fwd(py::array x, py::object mask, py::array y, double scale, bool c
         {
             std::vector<float> buf(static_cast<size_t>(cols));
             float* v = buf.data();
-#pragma omp for schedule(static)
+#pragma omp for schedule(guided)
             for (int64_t r = 0; r < rows; ++r) {
                 const T* xr = xp + r * cols;
                 T* yr = yp + r * cols;
@@ -107,7 +107,7 @@ void softmax_bwd(py::array dy, py::array y, py::array dx, double scale) {
         const T* yp = cptr<T>(y);
         T* dp = mptr<T>(dx);
         py::gil_scoped_release nogil;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(guided)
         for (int64_t r = 0; r < rows; ++r) {
             const T* gr = gp + r * cols;
             const T* yr = yp + r * cols;

@@ -15,6 +15,7 @@ from hal._errors import HalError
 COMMANDS = {
     "list": "list_backends",
     "info": "info",
+    "ops": "ops",
 }
 
 EPILOG = """\
@@ -23,6 +24,7 @@ examples:
   hal list --json              the same as JSON (schema hal.list/1)
   hal info                     the selected backend in detail
   HAL_BACKEND=cpu hal info     force a backend by name or device type
+  hal ops                      which fused kernel each hal.ops operator runs here
 
 environment:
   HAL_BACKEND                  force a backend (name such as ascend, or device type such as npu)

@@ -123,16 +123,21 @@ def declared_kernels(device_type: str) -> Dict[str, object]:
         hit = _kernel_cache.get(device_type)
         if hit is not None and hit[0] is reg:  # a reset registry re-reads the tables
             return hit[1]
-    kernels: Dict[str, object] = {}
-    if cand is not None:
-        plugin = reg.pm.get_plugin(cand.plugin)
-        try:
-            for table in reg.plugin_call(plugin, "hal_fused_kernels", spec=cand.spec):
-                kernels.update(table or {})
-        except Exception as exc:  # a broken plugin table means: no fused kernels
-            kernels = {"__error__": f"{cand.plugin}: hal_fused_kernels raised {type(exc).__name__}: {exc}"}
+    kernels = plugin_kernels(reg, cand) if cand is not None else {}
     with _lock:
         _kernel_cache[device_type] = (reg, kernels)
+    return kernels
+
+
+def plugin_kernels(reg, cand) -> Dict[str, object]:
+    """The table the plugin of candidate ``cand`` declares; ``{"__error__": why}`` if its hook raised."""
+    kernels: Dict[str, object] = {}
+    plugin = reg.pm.get_plugin(cand.plugin)
+    try:
+        for table in reg.plugin_call(plugin, "hal_fused_kernels", spec=cand.spec):
+            kernels.update(table or {})
+    except Exception as exc:  # a broken plugin table means: no fused kernels
+        kernels = {"__error__": f"{cand.plugin}: hal_fused_kernels raised {type(exc).__name__}: {exc}"}
     return kernels
 
 
