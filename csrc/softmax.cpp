@@ -57,33 +57,34 @@ void softmax_fwd(py::array x, py::object mask, py::array y, double scale, bool c
                 const T* xr = xp + r * cols;
                 T* yr = yp + r * cols;
                 const int64_t mr = (r % mrows) * cols;
+                // columns past the causal limit never take part: skip them, write zeros
                 const int64_t limit = causal ? std::min<int64_t>(cols, r % q_len + 1) : cols;
 #pragma omp simd
-                for (int64_t c = 0; c < cols; ++c) v[c] = load(xr, c) * sc;
+                for (int64_t c = 0; c < limit; ++c) v[c] = load(xr, c) * sc;
                 if (mb) {
-                    for (int64_t c = 0; c < cols; ++c)
+                    for (int64_t c = 0; c < limit; ++c)
                         if (!mb[mr + c]) v[c] = ninf;
                 } else if (ma) {
 #pragma omp simd
-                    for (int64_t c = 0; c < cols; ++c) v[c] += ma[mr + c];
+                    for (int64_t c = 0; c < limit; ++c) v[c] += ma[mr + c];
                 }
-                for (int64_t c = limit; c < cols; ++c) v[c] = ninf;
                 float mx = ninf;
 #pragma omp simd reduction(max : mx)
-                for (int64_t c = 0; c < cols; ++c) mx = std::max(mx, v[c]);
+                for (int64_t c = 0; c < limit; ++c) mx = std::max(mx, v[c]);
                 if (mx == ninf) {  // nothing to attend to
                     for (int64_t c = 0; c < cols; ++c) store(yr, c, 0.0f);
                     continue;
                 }
                 double sum = 0.0;
 #pragma omp simd reduction(+ : sum)
-                for (int64_t c = 0; c < cols; ++c) {
+                for (int64_t c = 0; c < limit; ++c) {
                     v[c] = exp_f(v[c] - mx);
                     sum += v[c];
                 }
                 const float inv = static_cast<float>(1.0 / sum);
 #pragma omp simd
-                for (int64_t c = 0; c < cols; ++c) store(yr, c, v[c] * inv);
+                for (int64_t c = 0; c < limit; ++c) store(yr, c, v[c] * inv);
+                for (int64_t c = limit; c < cols; ++c) store(yr, c, 0.0f);
             }
         }
     });
