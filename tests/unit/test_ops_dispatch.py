@@ -46,8 +46,9 @@ def test_cpu_uses_its_host_kernels_without_fallback(fresh):
 @needs_native
 def test_unsupported_dtype_falls_back_counted_and_warned_once(fresh):
     x = torch.randn(2, 8, dtype=torch.float64)
-    with pytest.warns(hal.ops.FallbackWarning, match=r"hal.ops.gelu: fused kernel refused the call: .*float64"):
+    with pytest.warns(hal.ops.FallbackWarning, match=r"hal.ops.gelu: fused kernel refused the call: .*float64") as rec:
         hal.ops.gelu(x)
+    assert rec[0].filename == __file__  # the warning points at the caller's line, not at hal or torch
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # the second fallback is counted, not warned
         y = hal.ops.gelu(x)
