@@ -83,6 +83,11 @@ def eager_rms_bwd(g, x, w):
     return dx, (g * x * rstd).sum(0)
 
 
+def eager_add_rms(x, r, w):
+    h = x + r
+    return h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6) * w, h
+
+
 def eager_add_ln(x, r, w, b):
     h = x + r
     mu = h.mean(-1, keepdim=True)
@@ -142,6 +147,8 @@ def cases():
         "rms_norm fwd 4096x4096 bf16": lambda: C.rms_norm_fwd(np_(xb), np_(wb), np_(outb), 1e-6),
         "rms_norm bwd 4096x4096 f32": lambda: C.rms_norm_bwd(dy.numpy(), x.numpy(), w.numpy(), out.numpy(),
                                                              dw.numpy(), 1e-6),
+        "add+rms_norm fwd 4096x4096 f32": lambda: C.add_rms_norm_fwd(x.numpy(), res.numpy(), w.numpy(), out.numpy(),
+                                                                     out2.numpy(), 1e-6),
         "add+layer_norm fwd 4096x4096 f32": lambda: C.layer_norm_fwd(x.numpy(), res.numpy(), w.numpy(), b.numpy(),
                                                                      out.numpy(), out2.numpy(), 1e-5),
         "rotary half-split 1x4096x32x128 f32": lambda: C.rotary_fwd(q.view(-1, D).numpy(), cos.numpy(), sin.numpy(),
@@ -158,6 +165,8 @@ def cases():
          lambda: eager_rms(xb, w.bfloat16()), eager_rms, (xb, w.bfloat16()), 2 * x.numel() * 2),
         ("rms_norm bwd 4096x4096 f32", lambda: host.rms_norm_backward(dy, x, w, 1e-6),
          lambda: eager_rms_bwd(dy, x, w), eager_rms_bwd, (dy, x, w), 3 * x.numel() * f4),
+        ("add+rms_norm fwd 4096x4096 f32", lambda: hal.ops.rms_norm(x, w, 1e-6, residual=res),
+         lambda: eager_add_rms(x, res, w), eager_add_rms, (x, res, w), 4 * x.numel() * f4),
         ("add+layer_norm fwd 4096x4096 f32", lambda: hal.ops.layer_norm(x, w, b, 1e-5, residual=res),
          lambda: eager_add_ln(x, res, w, b), eager_add_ln, (x, res, w, b), 4 * x.numel() * f4),
         ("rotary half-split 1x4096x32x128 f32", lambda: hal.ops.rotary_embedding(q, cos, sin),

@@ -65,6 +65,43 @@ void rms_norm_fwd(py::array x, py::array w, py::array y, double eps) {
     });
 }
 
+// h = x + residual (written to residual_out, rounded to T like torch's add); y = rms_norm(h) * w
+void add_rms_norm_fwd(py::array x, py::array residual, py::array w, py::array y, py::array h_out, double eps) {
+    const char* op = "add_rms_norm";
+    check_rows(x, op);
+    const DType dt = dtype_of(x, op, "x");
+    const int64_t rows = x.shape(0), cols = x.shape(1);
+    check_input(residual, dt, op, "residual");
+    check_shape(residual, {rows, cols}, op, "residual");
+    check_input(w, dt, op, "weight");
+    check_shape(w, {cols}, op, "weight");
+    check_output(y, dt, op, "out");
+    check_shape(y, {rows, cols}, op, "out");
+    check_output(h_out, dt, op, "residual_out");
+    check_shape(h_out, {rows, cols}, op, "residual_out");
+    dispatch(dt, [&](auto tag) {
+        using T = decltype(tag);
+        const T* xp = cptr<T>(x);
+        const T* rp = cptr<T>(residual);
+        const T* wp = cptr<T>(w);
+        T* yp = mptr<T>(y);
+        T* hp = mptr<T>(h_out);
+        py::gil_scoped_release nogil;
+#pragma omp parallel for schedule(guided)
+        for (int64_t r = 0; r < rows; ++r) {
+            const T* xr = xp + r * cols;
+            const T* rr = rp + r * cols;
+            T* hr = hp + r * cols;
+            T* yr = yp + r * cols;
+#pragma omp simd
+            for (int64_t c = 0; c < cols; ++c) store(hr, c, load(xr, c) + load(rr, c));
+            const float rstd = static_cast<float>(1.0 / std::sqrt(row_mean_square(hr, cols) + eps));
+#pragma omp simd
+            for (int64_t c = 0; c < cols; ++c) store(yr, c, load(hr, c) * rstd * load(wp, c));
+        }
+    });
+}
+
 void rms_norm_bwd(py::array dy, py::array x, py::array w, py::array dx, py::array dw, double eps) {
     const char* op = "rms_norm_backward";
     check_rows(x, op);
@@ -289,6 +326,9 @@ void layer_norm_bwd(py::array dy, py::object dh_extra, py::array h, py::array w,
 void register_norms(py::module_& m) {
     m.def("rms_norm_fwd", &rms_norm_fwd, py::arg("x"), py::arg("weight"), py::arg("out"), py::arg("eps"),
           "RMSNorm over the last dim of a 2-D buffer into out");
+    m.def("add_rms_norm_fwd", &add_rms_norm_fwd, py::arg("x"), py::arg("residual"), py::arg("weight"),
+          py::arg("out"), py::arg("residual_out"), py::arg("eps"),
+          "RMSNorm of x + residual into out; the sum goes to residual_out");
     m.def("rms_norm_bwd", &rms_norm_bwd, py::arg("grad"), py::arg("x"), py::arg("weight"), py::arg("grad_x"),
           py::arg("grad_weight"), py::arg("eps"), "RMSNorm backward; grad_weight is float32");
     m.def("layer_norm_fwd", &layer_norm_fwd, py::arg("x"), py::arg("residual"), py::arg("weight"),

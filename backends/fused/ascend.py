@@ -59,3 +59,9 @@ def softmax(x, mask, causal, scale):
         q, k = x.shape[-2:]
         hide = hide | ~torch.ones(q, k, dtype=torch.bool, device=x.device).tril()
     return vendor_attr("torch_npu", "npu_scaled_masked_softmax")(x, hide.expand_as(x).contiguous(), scale, False)
+
+
+def add_rms_norm(x, weight, eps, residual):
+    # npu_add_rms_norm(x1, x2, gamma, epsilon) -> (y, rstd, x1 + x2)
+    y, _rstd, summed = vendor_attr("torch_npu", "npu_add_rms_norm")(x, residual, weight.to(x.dtype), eps)
+    return y, summed

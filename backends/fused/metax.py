@@ -11,3 +11,12 @@ def swiglu(x):
     torch.ops._C.silu_and_mul(out, x.contiguous())
     return out
 
+
+
+def add_rms_norm(x, weight, eps, residual):
+    # MetaX vLLM _C: fused_add_rms_norm(input, residual, weight, epsilon), in place as in vLLM:
+    # input <- rms_norm(input + residual) * weight, residual <- input + residual
+    vendor("vllm._C")
+    out, summed = x.contiguous().clone(), residual.contiguous().clone()
+    torch.ops._C.fused_add_rms_norm(out, summed, weight.to(x.dtype), eps)
+    return out, summed

@@ -55,3 +55,10 @@ def flash_add_layer_norm(x, weight, bias, eps, residual):
     fn = vendor_attr("flash_attn.ops.triton.layer_norm", "layer_norm_fn")
     out, summed = fn(x, weight, bias, residual=residual, eps=eps, prenorm=True)
     return out, summed
+
+
+def flash_add_rms_norm(x, weight, eps, residual):
+    """flash_attn's Triton rms_norm_fn with prenorm=True returns (out, x + residual)."""
+    fn = vendor_attr("flash_attn.ops.triton.layer_norm", "rms_norm_fn")
+    out, summed = fn(x, weight, None, residual=residual, eps=eps, prenorm=True)
+    return out, summed

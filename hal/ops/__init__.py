@@ -25,7 +25,7 @@ from hal.ops.softmax import softmax
 from hal.ops.vision import nms, roi_align
 
 #: the public operators, as ``torch.ops.hal`` names them
-OPS = ("rms_norm", "layer_norm", "add_layer_norm", "rotary_embedding", "swiglu", "gelu", "softmax",
+OPS = ("rms_norm", "add_rms_norm", "layer_norm", "add_layer_norm", "rotary_embedding", "swiglu", "gelu", "softmax",
        "fused_adamw_", "nms", "roi_align")
 
 __all__ = ["FallbackWarning", "KernelUnsupported", "OPS", "declared_kernels", "fused_adamw_", "gelu",

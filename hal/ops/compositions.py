@@ -27,6 +27,11 @@ def rms_norm(x, weight, eps):
     return (xf * rstd * weight.to(xf.dtype)).to(x.dtype)
 
 
+def add_rms_norm(x, weight, eps, residual):
+    h = x + residual
+    return rms_norm(h, weight, eps), h
+
+
 def rms_norm_backward(grad, x, weight, eps):
     xf, gf, wf = _up(x), _up(grad).to(_up(x).dtype), weight.to(_up(x).dtype)
     rstd = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)

@@ -80,6 +80,20 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     return _back(y, x)
 
 
+def add_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float,
+                 residual: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    """``(rms_norm(x + residual), x + residual)``."""
+    _check("add_rms_norm", x)
+    C = native()
+    n = x.shape[-1]
+    xh, wh, rh = _host(x), _host(weight).to(x.dtype), _host(residual).to(x.dtype)
+    y, h = torch.empty_like(xh), torch.empty_like(xh)
+    if x.numel():
+        C.add_rms_norm_fwd(_np(xh.view(-1, n)), _np(rh.view(-1, n)), _np(wh), _np(y.view(-1, n)),
+                           _np(h.view(-1, n)), float(eps))
+    return _back(y, x), _back(h, x)
+
+
 def rms_norm_backward(grad: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
                       eps: float) -> Tuple[torch.Tensor, torch.Tensor]:
     """(grad_x, grad_weight) of :func:`rms_norm`."""

@@ -45,20 +45,52 @@ def _rms_backward(ctx, grad):
 _rms_norm.register_autograd(_rms_backward, setup_context=_rms_setup)
 
 
-def rms_norm(x: Tensor, weight: Optional[Tensor] = None, eps: float = 1e-6) -> Tensor:
+@torch.library.custom_op("hal::add_rms_norm", mutates_args=())
+def _add_rms_norm(x: Tensor, residual: Tensor, weight: Tensor, eps: float) -> Tuple[Tensor, Tensor]:
+    return run("add_rms_norm", x.device.type, (x, weight, eps, residual), comp.add_rms_norm, host.add_rms_norm)
+
+
+@_add_rms_norm.register_fake
+def _(x, residual, weight, eps):
+    return torch.empty_like(x), torch.empty_like(x)
+
+
+def _add_rms_setup(ctx, inputs, output):
+    x, residual, weight, eps = inputs
+    ctx.save_for_backward(output[1], weight)  # the normalised input x + residual
+    ctx.eps = eps
+
+
+def _add_rms_backward(ctx, grad_out, grad_sum):
+    h, weight = ctx.saved_tensors
+    dh, dw = torch.ops.hal.rms_norm_backward(grad_out, h, weight, ctx.eps)
+    if grad_sum is not None:
+        dh = dh + grad_sum
+    return dh, dh, dw, None
+
+
+_add_rms_norm.register_autograd(_add_rms_backward, setup_context=_add_rms_setup)
+
+
+def rms_norm(x: Tensor, weight: Optional[Tensor] = None, eps: float = 1e-6, residual: Optional[Tensor] = None):
     """RMSNorm over the last dimension: ``x / sqrt(mean(x**2, -1) + eps) * weight``.
 
     Same result as ``torch.nn.functional.rms_norm(x, (x.shape[-1],), weight, eps)``;
-    float16/bfloat16 inputs are normalised in float32 and rounded once.
+    float16/bfloat16 inputs are normalised in float32 and rounded once.  With
+    ``residual`` it returns ``(rms_norm(x + residual), x + residual)``: the fused add +
+    norm of pre-norm (LLaMA) blocks, as torch_npu ``npu_add_rms_norm`` and vLLM
+    ``fused_add_rms_norm``.
 
     :param x: input (..., hidden), any floating dtype, any device.
     :param weight: scale of shape (hidden,), or None for ones.
     :param eps: added to the mean square before the square root.
-    :return: a tensor shaped and typed like ``x``.
+    :param residual: tensor shaped and typed like ``x``, or None.
+    :return: a tensor shaped and typed like ``x``, or the pair when ``residual`` is given.
 
     Example::
 
         y = hal.ops.rms_norm(h, model.norm.weight, eps=1e-5)
+        y, resid = hal.ops.rms_norm(attn_out, ln.weight, 1e-5, residual=resid)
     """
     _checks.tensor("rms_norm", "x", x)
     _checks.floating("rms_norm", "x", x)
@@ -68,8 +100,14 @@ def rms_norm(x: Tensor, weight: Optional[Tensor] = None, eps: float = 1e-6) -> T
         weight = torch.ones(x.shape[-1], dtype=x.dtype, device=x.device)
     _checks.tensor("rms_norm", "weight", weight)
     _checks.vector("rms_norm", "weight", weight, x.shape[-1])
-    _checks.same_device("rms_norm", x, weight=weight)
-    return torch.ops.hal.rms_norm(x, weight, float(eps))
+    _checks.same_device("rms_norm", x, weight=weight, residual=residual)
+    if residual is None:
+        return torch.ops.hal.rms_norm(x, weight, float(eps))
+    _checks.tensor("rms_norm", "residual", residual)
+    if residual.shape != x.shape or residual.dtype != x.dtype:
+        raise ValueError(f"hal.ops.rms_norm: residual is {tuple(residual.shape)} {residual.dtype} but x is "
+                         f"{tuple(x.shape)} {x.dtype}; pass a residual of the same shape and dtype")
+    return tuple(torch.ops.hal.add_rms_norm(x, residual, weight, float(eps)))
 
 
 # -- layer_norm ------------------------------------------------------------------------

@@ -8,7 +8,7 @@ from hal.kernel_table import fused_kernel_facts
 from hal.ops import _dispatch, host
 
 #: the forward operators a user calls, in the order docs/ops.md lists them
-PUBLIC_OPS = ("rms_norm", "layer_norm", "add_layer_norm", "rotary_embedding", "swiglu", "gelu", "softmax",
+PUBLIC_OPS = ("rms_norm", "add_rms_norm", "layer_norm", "add_layer_norm", "rotary_embedding", "swiglu", "gelu", "softmax",
               "fused_adamw_", "nms", "roi_align")
 
 

@@ -56,6 +56,40 @@ def test_rms_norm_non_contiguous_and_empty(hal_backend, path):
 
 @pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("dtype", DTYPES)
+def test_rms_norm_with_residual_returns_normalised_sum_and_sum(hal_backend, path, dtype):
+    dev = hal_backend.device()
+    x = randn(4, 3, 29, dtype=dtype, device=dev)
+    r = randn(4, 3, 29, dtype=dtype, device=dev, seed=3)
+    w = randn(29, dtype=dtype, device=dev, seed=1)
+    with on_path(path):
+        y, s = hal.ops.rms_norm(x, w, 1e-5, residual=r)
+    summed = x + r
+    assert torch.equal(s.cpu(), summed.cpu())
+    close(y, ref_rms(summed.cpu(), w.cpu(), 1e-5))
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_rms_norm_with_residual_gradients(hal_backend, path):
+    dev = hal_backend.device()
+    leaves = [randn(*s, device=dev, seed=i).requires_grad_() for i, s in enumerate([(5, 17), (5, 17), (17,)])]
+    x, r, w = leaves
+    gy, gs = randn(5, 17, device=dev, seed=7), randn(5, 17, device=dev, seed=8)
+    with on_path(path):
+        y, s = hal.ops.rms_norm(x, w, 1e-6, residual=r)
+        (y * gy + s * gs).sum().backward()
+    refs = [t.detach().cpu().double().requires_grad_() for t in leaves]
+    xr, rr, wr = refs
+    sr = xr + rr
+    (ref_rms(sr, wr, 1e-6) * gy.cpu().double() + sr * gs.cpu().double()).sum().backward()
+    for got, want in zip(leaves, refs):
+        close(got.grad, want.grad)
+    x64, r64, w64 = (t.detach().cpu().double().requires_grad_() for t in leaves)
+    with hal.ops.use_path("composition"):
+        assert torch.autograd.gradcheck(lambda a, b, c: hal.ops.rms_norm(a, c, 1e-6, residual=b), (x64, r64, w64))
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("with_bias", [True, False])
 def test_layer_norm_matches_float64_reference(hal_backend, path, dtype, with_bias):
     dev = hal_backend.device()

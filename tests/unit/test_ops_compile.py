@@ -14,6 +14,8 @@ def _cases():
     boxes = torch.tensor([[0, 0.5, 0.5, 4.0, 3.0], [0, 1.0, 0.0, 5.0, 5.0]])
     return {
         "rms_norm": (torch.ops.hal.rms_norm, (r(3, 8).requires_grad_(), r(8).requires_grad_(), 1e-6)),
+        "add_rms_norm": (torch.ops.hal.add_rms_norm, (r(3, 8).requires_grad_(), r(3, 8).requires_grad_(),
+                                                      r(8).requires_grad_(), 1e-6)),
         "layer_norm": (torch.ops.hal.layer_norm, (r(3, 8).requires_grad_(), r(8).requires_grad_(),
                                                   r(8).requires_grad_(), 1e-5)),
         "add_layer_norm": (torch.ops.hal.add_layer_norm, (r(3, 8).requires_grad_(), r(3, 8).requires_grad_(),

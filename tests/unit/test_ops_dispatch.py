@@ -118,7 +118,7 @@ def test_every_declared_kernel_resolves_without_importing_vendor_stacks():
                       "flash_attn", "torchvision")
     before = {m for m in vendor_modules if m in sys.modules}
     facts = fused_kernel_facts()
-    known = {"rms_norm", "rms_norm_backward", "layer_norm", "add_layer_norm", "layer_norm_backward",
+    known = {"rms_norm", "add_rms_norm", "rms_norm_backward", "layer_norm", "add_layer_norm", "layer_norm_backward",
              "rotary_embedding", "swiglu", "swiglu_backward", "gelu", "gelu_backward", "softmax",
              "softmax_backward", "fused_adamw_", "nms", "roi_align", "roi_align_backward"}
     for backend, table in facts["backends"].items():
