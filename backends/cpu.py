@@ -28,6 +28,12 @@ class CPUBackend(Backend):
         import platform
         return platform.processor() or platform.machine()
 
+    def Event(self, *args, **kwargs):  # noqa: N802 - mirrors torch.cuda.Event
+        if args or kwargs:  # torch.cpu.Event takes no arguments (no timing, no IPC)
+            raise NotSupported("cpu", "Event(enable_timing=...)",
+                               "torch.cpu.Event has no timing; time host work with time.perf_counter()")
+        return torch.cpu.Event()
+
     def _mem(self, attr, index):
         raise NotSupported("cpu", attr, "host memory has no device allocator; use psutil or /proc for RSS")
 

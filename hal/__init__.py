@@ -9,12 +9,8 @@ and loaded on first use (``hal.device()``, ``hal list``)::
 """
 __version__ = "0.1.0"
 
-# hal.backend is both a submodule (the Backend class) and the public function returning the
-# selected backend; importing the submodule first lets the function name win at package level
-# while ``from hal.backend import Backend`` keeps working.
-import hal.backend as _backend_module  # noqa: F401,E402
 from hal._errors import BackendUnavailable, HalError, NoDevice, NotSupported
-from hal.device import (Event, Stream, autocast, backend, backend_name, current_device,
+from hal.device import (Event, Stream, autocast, backend_name, current_backend, current_device,
                         current_stream, device, device_count, device_type, empty_cache,
                         fork_rng, get_rng_state, initial_seed, manual_seed, manual_seed_all,
                         max_memory_allocated, mem_get_info, memory_allocated, memory_reserved,
@@ -32,3 +28,22 @@ def native_available() -> bool:
     except ImportError:
         return False
     return True
+
+
+def fallback_report():
+    """Ops that ran outside the emulated device's native op set: ``op``, ``route``, ``count``.
+
+    Empty until the emulator (``HAL_BACKEND=emu``) has run an op it lacks; see
+    :func:`hal.emu.fallback_report`.
+    """
+    from hal.emu import fallback_report as _report
+    return _report()
+
+
+def __getattr__(name):
+    # ``hal.checkpoint``, ``hal.metrics``, ``hal.transfer``, ``hal.conformance``, ``hal.emu``,
+    # ``hal.dist`` and ``hal.doctor`` after a bare ``import hal``, imported on first use
+    if name in ("checkpoint", "metrics", "transfer", "conformance", "emu", "dist", "doctor"):
+        import importlib
+        return importlib.import_module(f"hal.{name}")
+    raise AttributeError(f"module 'hal' has no attribute {name!r}")

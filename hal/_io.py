@@ -27,7 +27,6 @@ def atomic_write(path: Union[str, Path], data: Union[bytes, str], encoding: str 
     if isinstance(data, str):
         data = data.encode(encoding)
     folder = path.parent if str(path.parent) else Path(".")
-    folder.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
     try:
         with os.fdopen(fd, "wb") as f:

@@ -124,7 +124,8 @@ class Backend:
 
     def pin_memory(self, tensor: torch.Tensor) -> torch.Tensor:
         """Page-locked copy of a host tensor, for fast asynchronous copies to the device."""
-        return tensor.pin_memory(self.device_type) if tensor.device.type == "cpu" else tensor
+        # torch pins for the current accelerator; the device argument is deprecated
+        return tensor.pin_memory() if tensor.device.type == "cpu" else tensor
 
     # -- RNG --------------------------------------------------------------------------
     def manual_seed(self, seed: int) -> None:

@@ -18,7 +18,7 @@ from typing import Optional
 from hal.registry import get_registry, selected_backend
 
 
-def backend():
+def current_backend():
     """The selected :class:`hal.backend.Backend` (``HAL_BACKEND`` or the best available)."""
     return selected_backend()
 

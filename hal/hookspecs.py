@@ -59,6 +59,49 @@ def hal_op_support(spec):
 
 
 @hookspec
+def hal_torch_op_profile(spec):
+    """Ship the observed torch-op support profile of ``spec``'s device.
+
+    The file ``hal probe --out PATH`` writes on the device (schema ``hal.op_profile/1``);
+    ``hal conformance`` re-probes and reports every op whose status no longer matches.
+
+    :param spec: a :class:`hal.spec.BackendSpec` this plugin declared.
+    :return: the profile dict, or None.
+    """
+
+
+@hookspec(firstresult=True)
+def hal_device_utilization(spec, index):
+    """Report how busy device ``index`` is, for ``hal.metrics``.
+
+    Implement it where the vendor exposes utilisation (a management library or tool);
+    without it hal tries the device module's ``utilization()`` and otherwise reports null.
+
+    Stops at first non-None result.
+
+    :param spec: a :class:`hal.spec.BackendSpec` this plugin declared.
+    :param index: the device index.
+    :return: utilisation in percent (0..100), or None when unknown.
+    """
+
+
+@hookspec(firstresult=True)
+def hal_c10d_backend(spec):
+    """Name the out-of-tree collective library of ``spec``'s device, for ``hal.dist.init`` to register.
+
+    Called once, on the selected backend's plugin only, before the process group is created.
+    hal registers the result with :func:`hal.dist.register_c10d_backend` (checked, idempotent);
+    return None when the vendor module registers its library itself on import (torch_npu does).
+
+    Stops at first non-None result.
+
+    :param spec: the selected :class:`hal.spec.BackendSpec`.
+    :return: ``{"name": "emuccl", "creator": fn, "devices": ["privateuseone"]}`` (optionally
+        ``"extended_api": True``), or None.
+    """
+
+
+@hookspec
 def hal_fused_kernels(spec):
     """Declare the fused kernels ``spec``'s device has for ``hal.ops`` operators.
 

@@ -31,7 +31,7 @@ from hal.spec import BackendSpec, ProbeResult, Status
 #: built-in plugins, loaded exactly like external ones
 DEFAULT_PLUGINS = (
     "cpu", "cuda", "cuda_compatible", "ascend", "cambricon", "musa", "xpu", "mps",
-    "enflame", "biren", "tecorigin",
+    "enflame", "biren", "tecorigin", "emu",
 )
 ENTRY_POINT_GROUP = "hal.backends"
 ENV_BACKEND = "HAL_BACKEND"

@@ -107,7 +107,7 @@ def _cmd_scan(a) -> int:
     color = a.color == "always" or (a.color == "auto" and not a.output and sys.stdout.isatty())
     text = render(report, fmt, color=color, width=a.width)
     if a.output:
-        from .atomic import write_atomic
+        from hal._io import atomic_write as write_atomic
         try:
             write_atomic(a.output, text)
         except OSError as e:

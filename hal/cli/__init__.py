@@ -15,6 +15,13 @@ from hal._errors import HalError
 COMMANDS = {
     "list": "list_backends",
     "info": "info",
+    "run": "run",
+    "probe": "probe",
+    "conformance": "conformance",
+    "metrics": "metrics",
+    "checkpoint": "checkpoint",
+    "bench": "bench",
+    "doctor": "doctor",
     "ops": "ops",
 }
 
@@ -24,6 +31,12 @@ examples:
   hal list --json              the same as JSON (schema hal.list/1)
   hal info                     the selected backend in detail
   HAL_BACKEND=cpu hal info     force a backend by name or device type
+  HAL_BACKEND=emu hal run train.py   a CUDA-written script on the emulated accelerator
+  hal conformance --backend emu      the backend contract as a publishable report
+  hal metrics summary run.jsonl  throughput drops in a run's metrics
+  hal checkpoint ls ckpt/      which checkpoint resume would use, and why not the others
+  hal doctor                   environment checklist: OK / WARN / FAIL
+  hal bench all_reduce -n 2    collective bandwidth, nccl-tests columns
   hal ops                      which fused kernel each hal.ops operator runs here
 
 environment:

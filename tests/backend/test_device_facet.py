@@ -91,10 +91,13 @@ def test_memory_statistics(hal_backend):
 
 def test_pin_memory_keeps_values(hal_backend):
     t = torch.arange(10.0)
-    p = hal.pin_memory(t)
+    try:
+        p = hal.pin_memory(t)
+    except hal.NotSupported as exc:  # e.g. the emulator: its device memory is host memory
+        pytest.skip(str(exc))
     assert torch.equal(p, t)
     if hal_backend.device_type != "cpu":
-        assert p.is_pinned(hal_backend.device_type)
+        assert p.is_pinned()
 
 
 def test_versions(hal_backend):

@@ -1,0 +1,193 @@
+"""Snapshot the training state to host memory, then commit it to disk crash-safely."""
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, Optional
+
+import torch
+
+from hal._io import atomic_write, fsync_dir
+from hal.checkpoint import _dist, _rng
+from hal.checkpoint._errors import CheckpointError
+from hal.checkpoint._files import crash_point, write_json, write_tensors
+from hal.checkpoint._layout import (LATEST, MANIFEST, SCHEMA, check, rank_stem, scan,
+                                    step_name)
+from hal.checkpoint._tree import encode
+
+log = logging.getLogger("hal.checkpoint")
+
+MODES = ("replicated", "sharded")
+RANK_SCHEMA = "hal.checkpoint.rank/1"
+
+
+@dataclass
+class Snapshot:
+    """The whole state of one rank in host memory, ready to be written by any thread."""
+
+    step: int
+    rank: int
+    world_size: int
+    mode: str
+    doc: dict
+    tensors: Optional[Dict[str, torch.Tensor]] = None
+    nbytes: int = 0
+
+
+def _snapshotter(clone: bool):
+    pending = []
+
+    def snap(t: torch.Tensor) -> torch.Tensor:
+        if t.is_sparse or t.layout != torch.strided:
+            raise CheckpointError(f"a tensor with layout {t.layout} cannot be stored; convert it with "
+                                  ".to_dense() before saving")
+        t = t.detach()
+        if t.is_conj():
+            t = t.resolve_conj()
+        if t.is_neg():
+            t = t.resolve_neg()
+        if t.device.type != "cpu":
+            try:
+                buf = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
+                buf.copy_(t, non_blocking=True)
+                pending.append(t.device)
+                return buf
+            except RuntimeError:
+                return t.to("cpu")
+        if clone or not t.is_contiguous():
+            return t.clone(memory_format=torch.contiguous_format)
+        return t
+
+    def wait() -> None:
+        for dev in set(pending):
+            torch.get_device_module(dev.type).synchronize(dev)
+        pending.clear()
+
+    return snap, wait
+
+
+def snapshot(step: int, *, model=None, optimizer=None, scheduler=None, scaler=None,
+             extra: Optional[dict] = None, mode: str = "replicated", clone: bool = True,
+             rng: bool = True) -> Snapshot:
+    """Host copy of the training state of this rank (``clone=False`` shares CPU tensors)."""
+    if mode not in MODES:
+        raise CheckpointError(f"mode={mode!r}: unknown distributed mode; use 'replicated' (rank 0 "
+                              "saves the state every rank holds) or 'sharded' (each rank saves its own)")
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        raise CheckpointError(f"step={step!r}: the step must be a non-negative int")
+    rank, world = _dist.rank_world()
+    saves_state = mode == "sharded" or rank == 0
+    state = {}
+    if saves_state:
+        for key, obj in (("model", model), ("optimizer", optimizer), ("scheduler", scheduler),
+                         ("scaler", scaler)):
+            if obj is not None:
+                if not hasattr(obj, "state_dict"):
+                    raise CheckpointError(f"{key}={type(obj).__name__}: has no state_dict(); pass the "
+                                          f"{key} object itself (torch.nn.Module, torch.optim.Optimizer, ...)")
+                state[key] = obj.state_dict()
+        if extra is not None:
+            if not isinstance(extra, dict):
+                raise CheckpointError(f"extra={type(extra).__name__}: extra must be a dict "
+                                      "(for example {'sampler_position': 1234})")
+            state["extra"] = extra
+    tensors: Dict[str, torch.Tensor] = {}
+    snap, wait = _snapshotter(clone)
+    doc_state = encode(state, tensors, "", snap) if saves_state else None
+    wait()
+    doc = {"schema": RANK_SCHEMA, "step": step, "rank": rank, "world_size": world, "mode": mode,
+           "state": doc_state, "rng": _rng.capture() if rng else None}
+    nbytes = sum(t.numel() * t.element_size() for t in tensors.values())
+    return Snapshot(step, rank, world, mode, doc, tensors if saves_state else None, nbytes)
+
+
+def _invalidate(step_dir: Path) -> None:
+    """Before re-saving a step: drop its manifest first (so it is never half-trusted), then
+    the temp files a killed save left behind."""
+    m = step_dir / MANIFEST
+    if m.exists():
+        m.unlink()
+        fsync_dir(step_dir)
+    for tmp in step_dir.glob(".*.tmp"):
+        tmp.unlink()
+
+
+def persist(root, snap: Snapshot, keep_last: Optional[int] = None, group=None) -> Path:
+    """Write ``snap`` under ``root`` and, on rank 0, commit the manifest and ``latest``.
+
+    Must be called by every rank (collective when torch.distributed is initialised).
+    """
+    root = Path(root)
+    step_dir = root / step_name(snap.step)
+    if snap.rank == 0:
+        root.mkdir(parents=True, exist_ok=True)
+        if step_dir.exists():
+            _invalidate(step_dir)
+        step_dir.mkdir(exist_ok=True)
+        fsync_dir(root)
+    _dist.barrier(group)
+    step_dir.mkdir(parents=True, exist_ok=True)
+    stem = rank_stem(snap.rank)
+    entries: Dict[str, dict] = {}
+    if snap.tensors is not None:
+        entries.update(write_tensors(step_dir / f"{stem}.safetensors", snap.tensors))
+    entries.update(write_json(step_dir / f"{stem}.json", snap.doc))
+    fsync_dir(step_dir)
+    crash_point("rank-files")
+    gathered = _dist.gather(entries, group)
+    if snap.rank == 0:
+        files = {}
+        for r, ent in enumerate(gathered):
+            for name, e in ent.items():
+                files[name] = dict(e, rank=r)
+        from hal import __version__
+        manifest = {"schema": SCHEMA, "step": snap.step, "world_size": snap.world_size,
+                    "mode": snap.mode, "created_unix": time.time(), "hal_version": __version__,
+                    "torch_version": torch.__version__,
+                    "backend": (snap.doc.get("rng") or {}).get("backend"),
+                    "device_type": (snap.doc.get("rng") or {}).get("device_type"),
+                    "files": files}
+        write_json(step_dir / MANIFEST, manifest, partial_point="manifest-partial")
+        fsync_dir(step_dir)
+        crash_point("manifest-committed")
+        atomic_write(root / LATEST, step_name(snap.step) + "\n")
+        if keep_last:
+            apply_retention(root, keep_last)
+    _dist.barrier(group)
+    return step_dir
+
+
+def apply_retention(root: Path, keep_last: int) -> None:
+    """Keep the newest ``keep_last`` complete checkpoints; drop older ones and older debris.
+
+    A folder is first renamed to a hidden trash name (atomic), then deleted, so a crash
+    mid-delete never leaves something that looks like a checkpoint.
+    """
+    infos = scan(root)
+    complete = [i for i in infos if i.complete]
+    if not complete:
+        return
+    keep = {i.path for i in complete[:keep_last]}
+    oldest_kept = complete[:keep_last][-1].step
+    for info in infos:
+        if info.path in keep:
+            continue
+        if info.complete or info.step < oldest_kept:
+            trash = info.path.with_name(f".trash-{info.path.name}-{os.getpid()}")
+            os.replace(info.path, trash)
+            fsync_dir(root)
+            crash_point("retention")
+            shutil.rmtree(trash, ignore_errors=True)
+            if not info.complete:
+                log.info("removed incomplete checkpoint %s (%s)", info.path, info.reason)
+    for stale in root.glob(".trash-step-*"):
+        shutil.rmtree(stale, ignore_errors=True)
+
+
+def is_complete(path) -> bool:
+    """True when the checkpoint folder ``path`` passes the size and sha256 checks."""
+    return check(Path(path), verify=True).complete

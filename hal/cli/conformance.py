@@ -1,0 +1,77 @@
+"""``hal conformance``: the backend contract as a report a vendor can publish."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from hal._io import atomic_write
+from hal.cli._term import paint, print_json, table, use_color
+
+EPILOG = """\
+examples:
+  hal conformance --backend cpu                 every check on the CPU backend
+  hal conformance --backend emu                 on the emulated accelerator
+  hal conformance --backend ascend --out ascend.json --markdown ascend.md
+  hal conformance --backend mychip --skip collectives
+  HAL_PLUGINS=mychip_hal hal conformance --backend mychip    an uninstalled plugin module
+  hal conformance --list                        the checks, in order
+
+Exit code: 0 all checks pass (skips state their reason), 1 a check fails, 3 the backend
+cannot be loaded here.
+"""
+
+
+def add_parser(sub):
+    p = sub.add_parser("conformance", help="the backend contract, as a publishable report",
+                       epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--backend", help="backend name or device type (default: the selected one)")
+    p.add_argument("--only", help="comma-separated check ids to run")
+    p.add_argument("--skip", help="comma-separated check ids to leave out")
+    p.add_argument("--out", metavar="PATH", help="write the JSON report (schema hal.conformance/1)")
+    p.add_argument("--markdown", metavar="PATH", help="write the report as Markdown")
+    p.add_argument("--json", action="store_true", help="print the JSON report")
+    p.add_argument("--list", action="store_true", help="list the checks and exit")
+    p.set_defaults(run=run)
+
+
+def _ids(text):
+    return [s.strip() for s in text.split(",") if s.strip()] if text else []
+
+
+def run(args) -> int:
+    from hal.conformance import CHECKS, run_conformance, to_markdown
+
+    if args.list:
+        print(table([(cid, title) for cid, title, _ in CHECKS], ("id", "check")))
+        return 0
+    name = args.backend
+    if not name:
+        from hal.registry import get_registry
+        name = get_registry().selected().name
+    progress = None
+    if sys.stderr.isatty() and not args.json:
+        from tqdm import tqdm
+        progress = lambda it: tqdm(it, desc=f"conformance {name}", unit="check", file=sys.stderr)  # noqa: E731
+    try:
+        report = run_conformance(name, only=_ids(args.only) or None, skip=_ids(args.skip), progress=progress)
+    except ValueError as exc:
+        print(f"hal conformance: error: {exc}", file=sys.stderr)
+        return 2
+    if args.out:
+        atomic_write(args.out, json.dumps(report, indent=2) + "\n")
+    if args.markdown:
+        atomic_write(args.markdown, to_markdown(report))
+    if args.json:
+        print_json(report)
+        return 1 if report["verdict"] == "fail" else 0
+    color = use_color()
+    colors = {"pass": "green", "fail": "red", "skip": "yellow"}
+    rows = [(r["id"], paint(r["status"].upper(), colors[r["status"]], color), r["reason"])
+            for r in report["checks"]]
+    print(table(rows, ("check", "status", "detail"), [12, 6 + (9 if color else 0), 100]))
+    s = report["summary"]
+    verdict = paint(report["verdict"].upper(), "green" if report["verdict"] == "pass" else "red", color)
+    print(f"\n{report['backend']}: {verdict}  {s['pass']} pass, {s['fail']} fail, {s['skip']} skip "
+          f"in {report['seconds']} s")
+    return 1 if report["verdict"] == "fail" else 0

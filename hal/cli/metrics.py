@@ -1,0 +1,77 @@
+"""``hal metrics summary``: where throughput dropped, and which ranks straggled."""
+from __future__ import annotations
+
+import argparse
+
+from hal.cli._term import paint, print_json, table, use_color
+
+EPILOG = """\
+examples:
+  hal metrics summary runs/exp1/run.jsonl
+  hal metrics summary runs/exp1/run.rank*.jsonl        every rank: drops and stragglers
+  hal metrics summary run.jsonl --threshold 0.5 --window 50
+  hal metrics summary run.jsonl --json                 schema hal.metrics.summary/1
+
+A step is slow when its throughput (samples/s, else tokens/s, else steps/s) is below
+THRESHOLD x the median of the previous WINDOW normal steps; consecutive slow steps are
+one drop.  Exit status: 0 no drop, 1 drops or stragglers found, 3 unreadable input.
+"""
+
+
+def add_parser(sub):
+    p = sub.add_parser("metrics", help="summaries of hal.metrics JSONL files",
+                       formatter_class=argparse.RawDescriptionHelpFormatter,
+                       epilog="examples:\n  hal metrics summary run.jsonl\n  hal metrics summary --help")
+    msub = p.add_subparsers(dest="metrics_command", metavar="ACTION")
+    s = msub.add_parser("summary", help="throughput drops and stragglers in a run",
+                        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    s.add_argument("files", nargs="+", metavar="FILE.jsonl", help="metrics files (one per rank)")
+    s.add_argument("--threshold", type=float, default=0.7,
+                   help="flag steps below this fraction of the trailing median (default 0.7)")
+    s.add_argument("--window", type=int, default=20, help="trailing steps in the median (default 20)")
+    s.add_argument("--straggler-ratio", type=float, default=1.2,
+                   help="a rank slower than this x the fastest rank's median is a straggler (default 1.2)")
+    s.add_argument("--json", action="store_true", help="print JSON (schema hal.metrics.summary/1)")
+    s.set_defaults(run=run)
+    p.set_defaults(run=lambda args: (p.print_help(), 2)[1])
+
+
+def _fmt(v, unit=""):
+    if v is None:
+        return "-"
+    if unit == "s":
+        return f"{v * 1e3:.2f} ms" if v < 1 else f"{v:.2f} s"
+    return f"{v:,.1f}"
+
+
+def run(args) -> int:
+    from hal.metrics import summarize
+    rep = summarize(args.files, threshold=args.threshold, window=args.window,
+                    straggler_ratio=args.straggler_ratio)
+    found = any(r["drops"] for r in rep["runs"]) or bool(rep["stragglers"])
+    if args.json:
+        print_json(rep)
+        return 1 if found else 0
+    color = use_color()
+    for r in rep["runs"]:
+        unit = r["metric"].replace("_per_s", "/s")
+        print(paint(r["file"], "bold", color) +
+              f"  run={r['run']} rank={r['rank']} device={r['device']}  steps {r['first_step']}..{r['last_step']}")
+        print(f"  median {_fmt(r['median'])} {unit}   step time p50 {_fmt(r['step_time_p50_s'], 's')}"
+              f"  p99 {_fmt(r['step_time_p99_s'], 's')}"
+              + (f"   peak memory {r['mem_peak_bytes'] / 2**20:,.1f} MiB ({r['mem_source']})"
+                 if r["mem_peak_bytes"] else ""))
+        for n in r["notes"]:
+            print(paint(f"  note: {n}", "dim", color))
+        if not r["drops"]:
+            print(paint(f"  no throughput drop below {rep['threshold']:.0%} of the trailing median", "green", color))
+            continue
+        print(paint(f"  {len(r['drops'])} throughput drop(s) below {rep['threshold']:.0%} of the trailing "
+                    f"median of {rep['window']} steps:", "yellow", color))
+        rows = [[f"{d['start_step']}..{d['end_step']}", d["steps"], _fmt(d["min_value"]),
+                 _fmt(d["baseline"]), f"{d['ratio']:.2f}"] for d in r["drops"]]
+        print("    " + table(rows, ["STEPS", "LEN", f"MIN {unit}", "BASELINE", "RATIO"]).replace("\n", "\n    "))
+    for s in rep["stragglers"]:
+        print(paint(f"straggler: rank {s['rank']} ({s['file']}) median step {_fmt(s['median_step_time_s'], 's')}, "
+                    f"{s['vs_fastest']:.2f}x the fastest rank", "red", color))
+    return 1 if found else 0

@@ -1,0 +1,64 @@
+"""``hal probe``: observed op support of the selected device, written as a profile file."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from hal._io import atomic_write
+from hal.cli._term import paint, print_json, table, use_color
+
+EPILOG = """\
+examples:
+  hal probe                              every op of the built-in list on the selected device
+  HAL_BACKEND=emu hal probe --ops gelu,softmax,lgamma
+  hal probe --out profiles/ascend.json   write the profile (schema hal.op_profile/1)
+  hal probe --json                       print it as JSON
+  hal probe --list                       the ops it knows
+
+Status: native (ran and matched the CPU), fallback (matched, but the stack signalled a
+CPU/host fallback), failing (raised, or differed from the CPU).  Exit code 1 when any op fails.
+"""
+
+
+def add_parser(sub):
+    p = sub.add_parser("probe", help="observed op support of the selected device -> profile file",
+                       epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--ops", help="comma-separated op names (default: all known ops)")
+    p.add_argument("--out", metavar="PATH", help="write the profile JSON here (atomically)")
+    p.add_argument("--json", action="store_true", help="print the profile as JSON")
+    p.add_argument("--list", action="store_true", help="list the known ops and exit")
+    p.set_defaults(run=run)
+
+
+def run(args) -> int:
+    from hal.opprobe import CASES, probe_ops
+    from hal.registry import selected_backend
+
+    if args.list:
+        print("\n".join(CASES))
+        return 0
+    names = [n.strip() for n in args.ops.split(",") if n.strip()] if args.ops else None
+    progress = None
+    if sys.stderr.isatty() and not args.json:
+        from tqdm import tqdm
+        progress = lambda it: tqdm(it, desc="hal probe", unit="op", file=sys.stderr)  # noqa: E731
+    try:
+        prof = probe_ops(selected_backend(), names, progress)
+    except ValueError as exc:
+        print(f"hal probe: error: {exc}", file=sys.stderr)
+        return 2
+    if args.out:
+        atomic_write(args.out, json.dumps(prof, indent=2) + "\n")
+    if args.json:
+        print_json(prof)
+    else:
+        color = use_color()
+        colors = {"native": "green", "fallback": "yellow", "failing": "red"}
+        rows = [(name, paint(r["status"], colors[r["status"]], color), r["detail"])
+                for name, r in prof["ops"].items()]
+        print(table(rows, ("op", "status", "detail"), [28, 8 + (9 if color else 0), 90]))
+        s = prof["summary"]
+        print(f"\n{prof['backend']} ({prof['device']}): {s['native']} native, {s['fallback']} fallback, "
+              f"{s['failing']} failing" + (f"; written to {args.out}" if args.out else ""))
+    return 1 if prof["summary"]["failing"] else 0

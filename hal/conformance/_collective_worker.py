@@ -1,0 +1,44 @@
+"""One rank of the conformance collective check (run as ``python -m``; writes a JSON result)."""
+import json
+import os
+import sys
+
+
+def main(out_path: str) -> None:
+    import torch
+    import torch.distributed as dist
+
+    from hal.registry import selected_backend
+
+    b = selected_backend()
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    spec = b.spec
+    if b.device_type == "cpu" or not spec.dist_backend:
+        backend = "gloo"
+    else:
+        backend = f"cpu:gloo,{b.device_type}:{spec.dist_backend}"
+        if b.device_type == "emu":
+            from hal.emu._ccl import register_c10d_backend
+            register_c10d_backend()
+    if b.device_type not in ("cpu",):
+        b.set_device(int(os.environ.get("LOCAL_RANK", rank)) % b.device_count())
+    dev = b.device()
+    dist.init_process_group(backend, rank=rank, world_size=world)
+    res = {"rank": rank, "backend": str(dist.get_backend())}
+    t = torch.full((3,), float(rank + 1), device=dev)
+    dist.all_reduce(t)
+    res["all_reduce"] = t.cpu().tolist()
+    t = torch.arange(3.0, device=dev) + 10 * rank
+    dist.broadcast(t, src=1)
+    res["broadcast"] = t.cpu().tolist()
+    outs = [torch.empty(2, device=dev) for _ in range(world)]
+    dist.all_gather(outs, torch.full((2,), float(rank), device=dev))
+    res["all_gather"] = [o.cpu().tolist() for o in outs]
+    dist.barrier()
+    dist.destroy_process_group()
+    with open(out_path, "w") as f:
+        json.dump(res, f)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

@@ -1,0 +1,107 @@
+"""``emuccl``: the emulator's collective, registered as an out-of-tree c10d backend.
+
+Registered the way vendor CCLs are (``torch.distributed.Backend.register_backend`` with
+``devices=["emu"]``), so ``init_process_group("cpu:gloo,emu:emuccl")`` and
+``hal.dist.init()`` on the emulator take the same path as hccl or cncl.  Inside, it runs
+gloo on the host tensors behind the emulated ones — in place, without copies.
+"""
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+from hal.emu._tensor import DEVICE_TYPE, unwrap
+
+
+NAME = "emuccl"
+
+
+def _host(tensors):
+    return [unwrap(t) for t in tensors]
+
+
+def _host2(lists):
+    return [[unwrap(t) for t in ts] for ts in lists]
+
+
+class EmuCCL(dist.ProcessGroup):
+    """A c10d process group for ``emu`` (and host) tensors; every collective runs in gloo.
+
+    A Python c10d backend is a ``ProcessGroup`` subclass (torch uses it as the group
+    itself), so one ``emuccl`` group serves both ``emu`` and ``cpu`` tensors.
+    """
+
+    def __init__(self, store, rank: int, size: int, timeout):
+        super().__init__(rank, size)
+        from torch.distributed import ProcessGroupGloo
+
+        self._gloo = ProcessGroupGloo(store, rank, size, timeout)
+
+    def getBackendName(self):  # noqa: N802 - c10d's name
+        return NAME
+
+    def allreduce(self, tensors, opts=None):
+        return self._gloo.allreduce(_host(tensors), opts or dist.AllreduceOptions())
+
+    def allreduce_coalesced(self, tensors, opts=None):
+        return self._gloo.allreduce_coalesced(_host(tensors), opts or dist.AllreduceCoalescedOptions())
+
+    def broadcast(self, tensors, opts=None):
+        return self._gloo.broadcast(_host(tensors), opts or dist.BroadcastOptions())
+
+    def reduce(self, tensors, opts=None):
+        return self._gloo.reduce(_host(tensors), opts or dist.ReduceOptions())
+
+    def allgather(self, output_tensors, input_tensors, opts=None):
+        return self._gloo.allgather(_host2(output_tensors), _host(input_tensors),
+                                    opts or dist.AllgatherOptions())
+
+    def _allgather_base(self, output, input, opts=None):
+        return self._gloo._allgather_base(unwrap(output), unwrap(input), opts or dist.AllgatherOptions())
+
+    def gather(self, output_tensors, input_tensors, opts=None):
+        return self._gloo.gather(_host2(output_tensors), _host(input_tensors), opts or dist.GatherOptions())
+
+    def scatter(self, output_tensors, input_tensors, opts=None):
+        return self._gloo.scatter(_host(output_tensors), _host2(input_tensors), opts or dist.ScatterOptions())
+
+    def reduce_scatter(self, output_tensors, input_tensors, opts=None):
+        return self._gloo.reduce_scatter(_host(output_tensors), _host2(input_tensors),
+                                         opts or dist.ReduceScatterOptions())
+
+    def _reduce_scatter_base(self, output, input, opts=None):
+        return self._gloo._reduce_scatter_base(unwrap(output), unwrap(input),
+                                               opts or dist.ReduceScatterOptions())
+
+    def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None):
+        return self._gloo.alltoall_base(unwrap(output), unwrap(input), output_split_sizes,
+                                        input_split_sizes, opts or dist.AllToAllOptions())
+
+    def barrier(self, opts=None):
+        return self._gloo.barrier(opts or dist.BarrierOptions())
+
+    def send(self, tensors, dst, tag=0):
+        return self._gloo.send(_host(tensors), dst, tag)
+
+    def recv(self, tensors, src, tag=0):
+        return self._gloo.recv(_host(tensors), src, tag)
+
+    def recv_anysource(self, tensors, tag=0):
+        return self._gloo.recv_anysource(_host(tensors), tag)
+
+
+def _create(opts, pg_options=None):
+    return EmuCCL(opts.store, opts.group_rank, opts.group_size, opts.timeout)
+
+
+def register_c10d_backend() -> bool:
+    """Register ``emuccl`` for the ``emu`` device with torch.distributed (once per process).
+
+    Returns True when this call registered it, False when it already was.
+    """
+    if not dist.is_available():
+        return False
+    if NAME in dist.Backend.backend_list or hasattr(dist.Backend, NAME.upper()):
+        return False
+    dist.Backend.register_backend(NAME, _create, extended_api=True, devices=[DEVICE_TYPE])
+    return True

@@ -1,0 +1,132 @@
+"""MetricsLogger: one JSONL record per logged step, in a folder the user owns."""
+from __future__ import annotations
+
+import math
+import re
+import socket
+import time
+from pathlib import Path
+from typing import Optional
+
+from hal._errors import HalError
+from hal.metrics._device import DeviceProbe
+from hal.metrics._sinks import JSONLSink, PrometheusSink, TensorBoardSink
+from hal.metrics._timer import StepTimer
+
+SCHEMA = "hal.metrics/1"
+_RUN_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+def _rank_world():
+    import torch.distributed as dist
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+class MetricsLogger:
+    """Writes step metrics as JSONL (schema ``hal.metrics/1``, ``hal/data/metrics.schema.json``).
+
+    ::
+
+        metrics = hal.metrics.MetricsLogger("runs/exp1", tensorboard=False, prometheus=True)
+        for step in range(steps):
+            ...
+            metrics.log_step(step, samples=batch_size, tokens=batch_size * seq, loss=loss.item(),
+                             lr=sched.get_last_lr()[0])
+        metrics.close()
+
+    The step time is the wall time since the previous ``log_step`` (the first call only
+    starts the clock unless :meth:`start` was called).  Files: ``<folder>/<run>.jsonl``
+    (``<run>.rank<N>.jsonl`` when torch.distributed runs several ranks), ``<run>.prom``
+    with ``prometheus=True``, TensorBoard events under ``<folder>/tb`` with
+    ``tensorboard=True``.
+
+    :param sync: wait for the device before reading the clock (exact device step times,
+        at the cost of a synchronisation per step).
+    :param window: number of recent steps the p50 / p99 step times cover.
+    """
+
+    def __init__(self, folder, run: str = "run", *, window: int = 100, sync: bool = False,
+                 prometheus: bool = False, tensorboard: bool = False,
+                 prometheus_interval_s: float = 10.0, backend=None):
+        if not _RUN_RE.match(run):
+            raise HalError(f"run={run!r}: use letters, digits, '.', '_' and '-' only (it becomes a file name)")
+        self.folder = Path(folder)
+        self.run = run
+        self.rank, world = _rank_world()
+        name = run if world == 1 else f"{run}.rank{self.rank}"
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise HalError(f"{self.folder}: cannot create the metrics folder ({exc.strerror}); "
+                           "choose a folder you can write to") from None
+        self.path = self.folder / f"{name}.jsonl"
+        if backend is None:
+            from hal.registry import selected_backend
+            backend = selected_backend()
+        self.probe = DeviceProbe(backend)
+        self.backend_name = backend.name
+        self.host = socket.gethostname()
+        self.timer = StepTimer(window=window, sync=sync)
+        self.sinks = []
+        if tensorboard:  # first: the one that can fail on a missing package, before files are opened
+            self.sinks.append(TensorBoardSink(self.folder / "tb" / name))
+        if prometheus:
+            self.sinks.append(PrometheusSink(self.folder / f"{name}.prom", prometheus_interval_s))
+        self.sinks.insert(0, JSONLSink(self.path))
+        self.last: Optional[dict] = None
+
+    def start(self) -> None:
+        """Start the clock for the first step (otherwise the first ``log_step`` starts it)."""
+        self.timer.lap()
+
+    def log_step(self, step: int, *, samples: Optional[int] = None, tokens: Optional[int] = None,
+                 step_time_s: Optional[float] = None, **scalars) -> dict:
+        """Record step ``step``; return the record written.
+
+        :param samples: / tokens: work done in this step, for samples/s and tokens/s.
+        :param step_time_s: the step's seconds if you timed it yourself (else the lap time).
+        :param scalars: numbers of your own (``loss=``, ``lr=``, ``grad_norm=``...).
+        """
+        lap = self.timer.lap()
+        if step_time_s is not None:
+            if lap is not None:
+                self.timer.times.pop()
+            self.timer._record(float(step_time_s))
+            lap = float(step_time_s)
+        clean = {}
+        for k, v in scalars.items():
+            try:
+                fv = float(v)
+            except (TypeError, ValueError):
+                raise HalError(f"log_step({k}={v!r}): scalars must be numbers") from None
+            clean[k] = fv if math.isfinite(fv) else None
+        cur, peak, source = self.probe.memory()
+
+        def rate(n):
+            return None if n is None or not lap else n / lap
+
+        rec = {"schema": SCHEMA, "run": self.run, "rank": self.rank, "host": self.host,
+               "backend": self.backend_name, "device": self.probe.device,
+               "time_unix": time.time(), "step": int(step), "step_time_s": lap,
+               "step_time_p50_s": self.timer.p50(), "step_time_p99_s": self.timer.p99(),
+               "samples": samples, "tokens": tokens,
+               "samples_per_s": rate(samples), "tokens_per_s": rate(tokens),
+               "mem_current_bytes": cur, "mem_peak_bytes": peak, "mem_source": source,
+               "utilization_pct": self.probe.utilization(), "scalars": clean}
+        for s in self.sinks:
+            s.write(rec)
+        self.last = rec
+        return rec
+
+    def close(self) -> None:
+        """Flush every sink (the JSONL file is fsynced)."""
+        for s in self.sinks:
+            s.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

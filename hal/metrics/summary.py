@@ -1,0 +1,128 @@
+"""Find where throughput dropped in a run's metrics, and which ranks straggled.
+
+A step is *slow* when its throughput (samples/s, else tokens/s, else 1/step time) falls
+below ``threshold`` times the median of the previous ``window`` normal steps; runs of
+consecutive slow steps are reported as one drop.  With several files (one per rank), a
+rank whose median step time exceeds the fastest rank's by more than ``straggler_ratio``
+is reported as a straggler.
+"""
+from __future__ import annotations
+
+import json
+import statistics
+from collections import deque
+from pathlib import Path
+from typing import List, Optional, Sequence
+
+from hal._errors import HalError
+from hal.metrics._logger import SCHEMA
+from hal.metrics._timer import percentile
+
+SUMMARY_SCHEMA = "hal.metrics.summary/1"
+
+
+def read_jsonl(path) -> tuple:
+    """``(records, notes)`` of a metrics file; a torn last line is skipped with a note."""
+    path = Path(path)
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise HalError(f"{path}: cannot read ({exc.strerror}); pass a .jsonl file written by "
+                       "hal.metrics.MetricsLogger") from None
+    records, notes = [], []
+    for i, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except ValueError as exc:
+            if i == len(lines):
+                notes.append(f"line {i} is incomplete (the writer stopped mid-line); ignored")
+                continue
+            raise HalError(f"{path}:{i}: not JSON ({exc}); each line must be one {SCHEMA} record") from None
+        if not isinstance(rec, dict) or rec.get("schema") != SCHEMA:
+            raise HalError(f"{path}:{i}: not a {SCHEMA} record (schema={rec.get('schema') if isinstance(rec, dict) else None!r}); "
+                           "pass a file written by hal.metrics.MetricsLogger")
+        records.append(rec)
+    if not records:
+        raise HalError(f"{path}: no {SCHEMA} records; the run logged nothing yet")
+    return records, notes
+
+
+def _metric(records) -> str:
+    for key in ("samples_per_s", "tokens_per_s"):
+        if any(r.get(key) for r in records):
+            return key
+    return "steps_per_s"
+
+
+def _value(rec, metric) -> Optional[float]:
+    if metric == "steps_per_s":
+        t = rec.get("step_time_s")
+        return 1.0 / t if t else None
+    return rec.get(metric)
+
+
+def find_drops(records, metric: str, threshold: float = 0.7, window: int = 20,
+               min_history: int = 5) -> List[dict]:
+    """Runs of consecutive steps whose throughput fell below ``threshold`` x the trailing median."""
+    history: deque = deque(maxlen=window)
+    drops, cur = [], None
+    for rec in records:
+        v = _value(rec, metric)
+        if v is None:
+            continue
+        base = statistics.median(history) if len(history) >= min(min_history, window) else None
+        if base and v < threshold * base:
+            if cur is None:
+                cur = {"start_step": rec["step"], "end_step": rec["step"], "steps": 0,
+                       "min_value": v, "baseline": base, "start_time_unix": rec.get("time_unix")}
+            cur["end_step"] = rec["step"]
+            cur["steps"] += 1
+            cur["min_value"] = min(cur["min_value"], v)
+            continue
+        if cur is not None:
+            cur["ratio"] = cur["min_value"] / cur["baseline"]
+            drops.append(cur)
+            cur = None
+        history.append(v)
+    if cur is not None:
+        cur["ratio"] = cur["min_value"] / cur["baseline"]
+        drops.append(cur)
+    return drops
+
+
+def summarize(paths: Sequence, threshold: float = 0.7, window: int = 20,
+              straggler_ratio: float = 1.2) -> dict:
+    """Summary of one or more metrics files (``hal metrics summary --json`` prints it)."""
+    if not 0 < threshold < 1:
+        raise HalError(f"threshold={threshold}: must be between 0 and 1 (0.7 = flag steps below 70% of normal)")
+    if window < 1:
+        raise HalError(f"window={window}: must be at least 1 step")
+    runs = []
+    for p in paths:
+        records, notes = read_jsonl(p)
+        metric = _metric(records)
+        values = [v for v in (_value(r, metric) for r in records) if v is not None]
+        times = [r["step_time_s"] for r in records if r.get("step_time_s")]
+        peaks = [r["mem_peak_bytes"] for r in records if r.get("mem_peak_bytes") is not None]
+        runs.append({
+            "file": str(p), "run": records[0].get("run"), "rank": records[0].get("rank"),
+            "device": records[0].get("device"), "records": len(records),
+            "first_step": records[0]["step"], "last_step": records[-1]["step"],
+            "metric": metric, "median": statistics.median(values) if values else None,
+            "step_time_p50_s": percentile(times, 50), "step_time_p99_s": percentile(times, 99),
+            "step_time_median_s": statistics.median(times) if times else None,
+            "mem_peak_bytes": max(peaks) if peaks else None,
+            "mem_source": records[-1].get("mem_source"),
+            "drops": find_drops(records, metric, threshold, window), "notes": notes})
+    stragglers = []
+    medians = [(r, r["step_time_median_s"]) for r in runs if r["step_time_median_s"]]
+    if len(medians) > 1:
+        fastest = min(m for _, m in medians)
+        for r, m in medians:
+            if fastest and m > straggler_ratio * fastest:
+                stragglers.append({"file": r["file"], "rank": r["rank"], "median_step_time_s": m,
+                                   "vs_fastest": m / fastest})
+    return {"schema": SUMMARY_SCHEMA, "threshold": threshold, "window": window, "runs": runs,
+            "stragglers": stragglers}

@@ -1,0 +1,17 @@
+"""Run unmodified CUDA-written scripts on the selected backend.
+
+::
+
+    with hal.transfer.enable() as t:        # scoped: everything is restored on exit
+        model = Net().cuda()                # -> hal.device()
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = model(x.to("cuda"))
+    t.log.rows("redirected")
+
+or from the shell: ``hal run train.py --epochs 1`` (``--nproc-per-node 2`` for DDP).
+"""
+from hal.transfer._log import TransferLog
+from hal.transfer._run import run_script
+from hal.transfer._shim import Transfer, enable
+
+__all__ = ["Transfer", "TransferLog", "enable", "run_script"]

@@ -1,0 +1,66 @@
+"""The emulator's global fallback: decomposition first, host computation else; counted, warned once."""
+import pytest
+import torch
+
+import hal
+import hal.emu
+
+
+@pytest.fixture(autouse=True)
+def fresh_report():
+    hal.emu.install()
+    hal.emu.reset_fallback_report()
+    yield
+    hal.emu.reset_fallback_report()
+
+
+def _row(op):
+    return next((r for r in hal.fallback_report() if r["op"] == op), None)
+
+
+def test_native_ops_are_not_reported():
+    with __import__("warnings").catch_warnings():
+        __import__("warnings").simplefilter("error", hal.emu.FallbackWarning)
+        x = torch.ones(4, device="emu")
+        (x + x * 2).sum().cpu()
+    assert hal.fallback_report() == []
+
+
+def test_op_with_a_torch_decomposition_is_decomposed_and_counted():
+    x = torch.linspace(-2, 2, 12).view(3, 4)
+    with pytest.warns(hal.emu.FallbackWarning, match="aten::_softmax.*decomposed"):
+        y = torch.softmax(x.to("emu"), dim=-1)
+    torch.testing.assert_close(y.cpu(), torch.softmax(x, dim=-1))
+    assert _row("aten::_softmax") == {"op": "aten::_softmax", "route": "decomposition", "count": 1}
+    # its pieces (amax, sub, exp, sum, div) are native, so nothing else fell back
+    assert [r["op"] for r in hal.fallback_report()] == ["aten::_softmax"]
+
+
+def test_op_without_decomposition_runs_on_the_host():
+    x = torch.tensor([0.5, 1.5, 2.5]).to("emu")
+    with pytest.warns(hal.emu.FallbackWarning, match="aten::lgamma.*host"):
+        y = torch.lgamma(x)
+    assert torch.equal(y.cpu(), torch.lgamma(torch.tensor([0.5, 1.5, 2.5])))
+    assert _row("aten::lgamma")["route"] == "host"
+
+
+def test_each_op_warns_once_and_counts_every_call():
+    x = torch.tensor([0.5, 1.5]).to("emu")
+    with pytest.warns(hal.emu.FallbackWarning) as record:
+        for _ in range(3):
+            torch.lgamma(x)
+    assert sum("lgamma" in str(w.message) for w in record) == 1
+    assert _row("aten::lgamma")["count"] == 3
+
+
+def test_in_place_form_of_a_native_op_stays_native():
+    x = torch.ones(3, device="emu")
+    x.mul_(3.0).add_(1.0)
+    assert torch.equal(x.cpu(), torch.full((3,), 4.0))
+    assert _row("aten::mul_.Scalar") is None and _row("aten::add_.Scalar") is None
+
+
+def test_profile_declares_a_partial_native_set():
+    native = hal.emu.native_packets()
+    assert "aten::mm" in native and "aten::add" in native
+    assert "aten::_softmax" not in native and "aten::lgamma" not in native

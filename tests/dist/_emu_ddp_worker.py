@@ -1,0 +1,32 @@
+"""One rank of the emuccl test: allreduce, then a DDP step compared with the full batch on CPU."""
+import json
+import os
+import sys
+import warnings
+
+import torch
+import torch.distributed as dist
+
+warnings.simplefilter("ignore")
+os.environ["HAL_BACKEND"] = "emu"
+import hal  # noqa: E402
+
+rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+dev = hal.device()
+dist.init_process_group("cpu:gloo,emu:emuccl", rank=rank, world_size=world)
+t = torch.full((4,), float(rank + 1), device=dev)
+dist.all_reduce(t)
+torch.manual_seed(0)
+model = torch.nn.Linear(4, 2)
+x_all = torch.randn(4 * world, 4)
+ref = model(x_all).pow(2).mean()
+ref.backward()
+ddp = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 2).to(dev))
+ddp.module.load_state_dict({k: v.to(dev) for k, v in model.state_dict().items()})
+ddp(x_all[4 * rank: 4 * (rank + 1)].to(dev)).pow(2).mean().backward()
+out = {"rank": rank, "allreduce": t.cpu().tolist(), "group_backend": dist.get_backend(),
+       "ddp_grad": ddp.module.weight.grad.cpu().tolist(), "ref_grad": model.weight.grad.tolist()}
+dist.barrier()
+dist.destroy_process_group()
+with open(sys.argv[1], "w") as f:
+    json.dump(out, f)
