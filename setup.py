@@ -11,12 +11,14 @@ from setuptools import setup
 from setuptools.command.build_ext import build_ext
 
 try:
-    from pybind11.setup_helpers import Pybind11Extension
+    from pybind11.setup_helpers import ParallelCompile, Pybind11Extension
 except ImportError:  # pragma: no cover - pybind11 is a build requirement
     sys.exit("hal: building needs pybind11 (pip install pybind11), or use pip install . "
              "which installs the build requirements from pyproject.toml")
 
 VERSION = "0.1.0"
+# compile the kernel sources in parallel (HAL_BUILD_JOBS=N to choose; default: all cores)
+ParallelCompile("HAL_BUILD_JOBS", default=0).install()
 OPENMP = [] if sys.platform == "darwin" else ["-fopenmp"]
 
 ext = Pybind11Extension(
@@ -24,8 +26,10 @@ ext = Pybind11Extension(
     sorted(glob.glob("csrc/*.cpp")),
     include_dirs=["csrc"],
     define_macros=[("HAL_VERSION_INFO", f'"{VERSION}"')],
-    extra_compile_args=["-O3"] + OPENMP,
+    # no errno, no FP traps: lets loops with sqrt and selects vectorise; hal never reads either
+    extra_compile_args=["-O3", "-fno-math-errno", "-fno-trapping-math"] + OPENMP,
     extra_link_args=OPENMP,
+    depends=sorted(glob.glob("csrc/*.h")),
     cxx_std=17,
 )
 

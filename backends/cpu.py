@@ -5,6 +5,7 @@ import torch
 
 from hal._errors import NotSupported
 from hal.backend import Backend
+from hal.kernel_table import builtin_fused_kernels
 from hal.plugin_kit import VendorPlugin
 from hal.spec import ProbeResult, Status, builtin_spec
 
@@ -77,5 +78,7 @@ class CPUPlugin(VendorPlugin):
         return ProbeResult(Status.AVAILABLE, "the host CPU is always present", ("torch CPU kernels",))
 
 
-_plugin = CPUPlugin(builtin_spec("cpu"), CPUBackend)
+# the CPU's fused kernels are hal's own C++ host kernels (hal._C)
+_plugin = CPUPlugin(builtin_spec("cpu"), CPUBackend, fused_kernels=builtin_fused_kernels("cpu"))
 hal_backend_specs, hal_backend_probe, hal_backend_load, hal_op_support = _plugin.hooks()
+hal_fused_kernels = _plugin.hal_fused_kernels

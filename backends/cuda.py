@@ -5,6 +5,7 @@ import torch
 from hal._errors import NotSupported
 from hal.backend import Backend
 from hal.cuda_family import identify
+from hal.kernel_table import builtin_fused_kernels
 from hal.plugin_kit import VendorPlugin
 from hal.probe import probe_module_and_nodes
 from hal.spec import ProbeResult, Status, builtin_spec
@@ -40,5 +41,6 @@ class CUDAFamilyPlugin(VendorPlugin):
         return ProbeResult(res.status, res.reason, evidence + res.evidence)
 
 
-_plugin = CUDAFamilyPlugin(builtin_spec("cuda"), CUDABackend)
+_plugin = CUDAFamilyPlugin(builtin_spec("cuda"), CUDABackend, fused_kernels=builtin_fused_kernels("cuda"))
 hal_backend_specs, hal_backend_probe, hal_backend_load, hal_op_support = _plugin.hooks()
+hal_fused_kernels = _plugin.hal_fused_kernels

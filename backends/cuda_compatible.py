@@ -1,11 +1,12 @@
 """Stacks whose torch build presents itself as ``cuda``: AMD ROCm, Hygon DCU, MetaX,
 Iluvatar CoreX, Kunlunxin.  Told apart from NVIDIA by hal.cuda_family's evidence."""
+from hal.kernel_table import builtin_fused_kernels
 from hal.plugin import hookimpl
 from hal.spec import builtin_spec
 
 from hal_backends.cuda import CUDABackend, CUDAFamilyPlugin
 
-_plugins = {n: CUDAFamilyPlugin(builtin_spec(n), CUDABackend)
+_plugins = {n: CUDAFamilyPlugin(builtin_spec(n), CUDABackend, fused_kernels=builtin_fused_kernels(n))
             for n in ("rocm", "hygon", "metax", "iluvatar", "kunlunxin")}
 
 
@@ -24,3 +25,9 @@ def hal_backend_probe(spec, context):
 def hal_backend_load(spec):
     p = _plugins.get(spec.name)
     return p.load() if p else None
+
+
+@hookimpl
+def hal_fused_kernels(spec):
+    p = _plugins.get(spec.name)
+    return p.hal_fused_kernels(spec) if p else None

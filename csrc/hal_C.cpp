@@ -1,16 +1,9 @@
-// hal._C: the private native module.  Host kernels operate on contiguous buffers
-// (numpy arrays, or torch tensors through .numpy()), release the GIL, and check shapes
-// so that bad input raises a Python error instead of crashing the process.
-#include <pybind11/numpy.h>
-#include <pybind11/pybind11.h>
-
-#include <cmath>
-#include <cstdint>
-#include <stdexcept>
-
-#ifdef _OPENMP
-#include <omp.h>
-#endif
+// hal._C: the private native module.  This file only defines the module; each topic's
+// kernels live in their own file (norms, rotary, activations, softmax, adamw, vision) and
+// register themselves here.  Host kernels operate on contiguous buffers (numpy arrays, or
+// torch tensors through .numpy()), release the GIL, and check shapes so that bad input
+// raises a Python error instead of crashing the process.
+#include "common.h"
 
 #ifndef HAL_VERSION_INFO
 #define HAL_VERSION_INFO "dev"
@@ -65,6 +58,12 @@ PYBIND11_MODULE(_C, m) {
     m.doc() = "hal host kernels (C++, OpenMP, GIL released)";
     m.attr("__version__") = HAL_VERSION_INFO;
     m.def("openmp_threads", &openmp_threads, "OpenMP threads the kernels use");
+    hal::register_norms(m);
+    hal::register_rotary(m);
+    hal::register_activations(m);
+    hal::register_softmax(m);
+    hal::register_adamw(m);
+    hal::register_vision(m);
     m.def("rms_norm_f32", &rms_norm_f32, py::arg("x"), py::arg("weight"), py::arg("eps") = 1e-6,
           "RMSNorm over the last dimension of a float32 array");
 }

@@ -99,3 +99,22 @@ def hal_c10d_backend(spec):
     :return: ``{"name": "emuccl", "creator": fn, "devices": ["privateuseone"]}`` (optionally
         ``"extended_api": True``), or None.
     """
+
+
+@hookspec
+def hal_fused_kernels(spec):
+    """Declare the fused kernels ``spec``'s device has for ``hal.ops`` operators.
+
+    Values are resolved on first use, so declaring a kernel imports nothing.  Each kernel
+    takes the arguments of the hal op it implements, in hal's convention (see
+    ``docs/ops.md``), and returns what that op returns; an adapter bridges a vendor
+    function whose layout or argument order differs.  A kernel that cannot take a call's
+    inputs raises :class:`hal.ops.KernelUnsupported`, and hal falls back to a torch
+    composition (then to the C++ host kernel).
+
+    :param spec: a :class:`hal.spec.BackendSpec` this plugin declared.
+    :return: a dict mapping hal op names (``"rms_norm"``, ``"rms_norm_backward"``,
+        ``"add_layer_norm"``, ``"rotary_embedding"``, ``"swiglu"``, ``"gelu"``,
+        ``"softmax"``, ``"fused_adamw_"``, ``"nms"``, ``"roi_align"``, ...) to a callable
+        or a ``"module:function"`` string; or None.
+    """

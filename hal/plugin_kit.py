@@ -6,12 +6,13 @@ A typical vendor module is three lines::
     from hal.spec import builtin_spec
     _plugin = VendorPlugin(builtin_spec("ascend"))
     hal_backend_specs, hal_backend_probe, hal_backend_load, hal_op_support = _plugin.hooks()
+    hal_fused_kernels = _plugin.hal_fused_kernels     # when it passes fused_kernels=
 
 Override :meth:`VendorPlugin.probe` or pass ``backend_cls`` for what differs.
 """
 from __future__ import annotations
 
-from typing import Optional, Type
+from typing import Dict, Optional, Type
 
 from hal.backend import Backend, load_device_backend
 from hal.plugin import hookimpl
@@ -23,10 +24,12 @@ class VendorPlugin:
     """Hooks for one backend spec: standard probe, standard load."""
 
     def __init__(self, spec: BackendSpec, backend_cls: Type[Backend] = Backend,
-                 op_profile: Optional[dict] = None):
+                 op_profile: Optional[dict] = None, fused_kernels: Optional[Dict[str, object]] = None):
         self.spec = spec
         self.backend_cls = backend_cls
         self.op_profile = op_profile
+        #: hal op name -> "module:function" or callable (see hookspec hal_fused_kernels)
+        self.fused_kernels = dict(fused_kernels or {})
 
     def probe(self, context: ProbeContext) -> ProbeResult:
         return probe_module_and_nodes(self.spec, context)
@@ -49,6 +52,10 @@ class VendorPlugin:
     @hookimpl
     def hal_op_support(self, spec):
         return self.op_profile if spec.name == self.spec.name else None
+
+    @hookimpl
+    def hal_fused_kernels(self, spec):
+        return dict(self.fused_kernels) if spec.name == self.spec.name and self.fused_kernels else None
 
     def hooks(self):
         """The bound hook functions, for assignment at a plugin module's top level."""

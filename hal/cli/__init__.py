@@ -22,6 +22,7 @@ COMMANDS = {
     "checkpoint": "checkpoint",
     "bench": "bench",
     "doctor": "doctor",
+    "ops": "ops",
 }
 
 EPILOG = """\
@@ -36,6 +37,7 @@ examples:
   hal checkpoint ls ckpt/      which checkpoint resume would use, and why not the others
   hal doctor                   environment checklist: OK / WARN / FAIL
   hal bench all_reduce -n 2    collective bandwidth, nccl-tests columns
+  hal ops                      which fused kernel each hal.ops operator runs here
 
 environment:
   HAL_BACKEND                  force a backend (name such as ascend, or device type such as npu)

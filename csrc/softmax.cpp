@@ -1,0 +1,135 @@
+// Fused scale + mask (+ causal) softmax over the last dim of a 2-D (rows, cols) buffer.
+// mask: None, bool/uint8 (nonzero = take part, as torch SDPA) or float32 (added), of shape
+// (mask_rows, cols) with row r using mask row r % mask_rows.  Causal is top-left aligned
+// (torch SDPA): row r is query i = r % q_len and sees columns c <= i.  A row with nothing
+// left to attend to comes out all zeros, never NaN.
+#include "common.h"
+
+#include <limits>
+
+namespace hal {
+namespace {
+
+void softmax_fwd(py::array x, py::object mask, py::array y, double scale, bool causal, int64_t q_len) {
+    const char* op = "softmax";
+    check_contiguous(x, op, "x");
+    check_ndim(x, 2, op, "x");
+    const DType dt = dtype_of(x, op, "x");
+    const int64_t rows = x.shape(0), cols = x.shape(1);
+    check_output(y, dt, op, "out");
+    check_shape(y, {rows, cols}, op, "out");
+    if (causal && q_len < 1) throw std::invalid_argument("softmax: causal needs q_len >= 1");
+    int mask_kind = 0;  // 0 none, 1 bool, 2 additive float32
+    py::array mk;
+    int64_t mrows = 1;
+    if (!mask.is_none()) {
+        mk = mask.cast<py::array>();
+        check_contiguous(mk, op, "mask");
+        check_ndim(mk, 2, op, "mask");
+        const char kind = mk.dtype().kind();
+        if ((kind == 'b' || kind == 'u') && mk.dtype().itemsize() == 1) {
+            mask_kind = 1;
+        } else if (kind == 'f' && mk.dtype().itemsize() == 4) {
+            mask_kind = 2;
+        } else {
+            throw py::type_error("softmax: mask must be bool (True = attend) or float32 (added to the scores)");
+        }
+        mrows = mk.shape(0);
+        if (mk.shape(1) != cols || mrows < 1 || rows % mrows != 0)
+            throw std::invalid_argument("softmax: mask has shape " + shape_str(mk) + ", which does not tile x " +
+                                        shape_str(x));
+    }
+    const float sc = static_cast<float>(scale);
+    const float ninf = -std::numeric_limits<float>::infinity();
+    dispatch(dt, [&](auto tag) {
+        using T = decltype(tag);
+        const T* xp = cptr<T>(x);
+        T* yp = mptr<T>(y);
+        const uint8_t* mb = mask_kind == 1 ? static_cast<const uint8_t*>(mk.data()) : nullptr;
+        const float* ma = mask_kind == 2 ? static_cast<const float*>(mk.data()) : nullptr;
+        py::gil_scoped_release nogil;
+#pragma omp parallel
+        {
+            std::vector<float> buf(static_cast<size_t>(cols));
+            float* v = buf.data();
+#pragma omp for schedule(guided)
+            for (int64_t r = 0; r < rows; ++r) {
+                const T* xr = xp + r * cols;
+                T* yr = yp + r * cols;
+                const int64_t mr = (r % mrows) * cols;
+                // columns past the causal limit never take part: skip them, write zeros
+                const int64_t limit = causal ? std::min<int64_t>(cols, r % q_len + 1) : cols;
+#pragma omp simd
+                for (int64_t c = 0; c < limit; ++c) v[c] = load(xr, c) * sc;
+                if (mb) {
+                    for (int64_t c = 0; c < limit; ++c)
+                        if (!mb[mr + c]) v[c] = ninf;
+                } else if (ma) {
+#pragma omp simd
+                    for (int64_t c = 0; c < limit; ++c) v[c] += ma[mr + c];
+                }
+                float mx = ninf;
+#pragma omp simd reduction(max : mx)
+                for (int64_t c = 0; c < limit; ++c) mx = std::max(mx, v[c]);
+                if (mx == ninf) {  // nothing to attend to
+                    for (int64_t c = 0; c < cols; ++c) store(yr, c, 0.0f);
+                    continue;
+                }
+                double sum = 0.0;
+#pragma omp simd reduction(+ : sum)
+                for (int64_t c = 0; c < limit; ++c) {
+                    v[c] = exp_f(v[c] - mx);
+                    sum += v[c];
+                }
+                const float inv = static_cast<float>(1.0 / sum);
+#pragma omp simd
+                for (int64_t c = 0; c < limit; ++c) store(yr, c, v[c] * inv);
+                for (int64_t c = limit; c < cols; ++c) store(yr, c, 0.0f);
+            }
+        }
+    });
+}
+
+// dx = scale * y * (dy - sum(dy * y))
+void softmax_bwd(py::array dy, py::array y, py::array dx, double scale) {
+    const char* op = "softmax_backward";
+    check_contiguous(y, op, "out");
+    check_ndim(y, 2, op, "out");
+    const DType dt = dtype_of(y, op, "out");
+    const int64_t rows = y.shape(0), cols = y.shape(1);
+    check_input(dy, dt, op, "grad");
+    check_shape(dy, {rows, cols}, op, "grad");
+    check_output(dx, dt, op, "grad_x");
+    check_shape(dx, {rows, cols}, op, "grad_x");
+    const float sc = static_cast<float>(scale);
+    dispatch(dt, [&](auto tag) {
+        using T = decltype(tag);
+        const T* gp = cptr<T>(dy);
+        const T* yp = cptr<T>(y);
+        T* dp = mptr<T>(dx);
+        py::gil_scoped_release nogil;
+#pragma omp parallel for schedule(guided)
+        for (int64_t r = 0; r < rows; ++r) {
+            const T* gr = gp + r * cols;
+            const T* yr = yp + r * cols;
+            T* dr = dp + r * cols;
+            double dot = 0.0;
+#pragma omp simd reduction(+ : dot)
+            for (int64_t c = 0; c < cols; ++c) dot += static_cast<double>(load(gr, c)) * load(yr, c);
+            const float d = static_cast<float>(dot);
+#pragma omp simd
+            for (int64_t c = 0; c < cols; ++c) store(dr, c, sc * load(yr, c) * (load(gr, c) - d));
+        }
+    });
+}
+
+}  // namespace
+
+void register_softmax(py::module_& m) {
+    m.def("softmax_fwd", &softmax_fwd, py::arg("x"), py::arg("mask"), py::arg("out"), py::arg("scale"),
+          py::arg("causal"), py::arg("q_len"), "softmax(scale * x + mask) over the last dim, optionally causal");
+    m.def("softmax_bwd", &softmax_bwd, py::arg("grad"), py::arg("out"), py::arg("grad_x"), py::arg("scale"),
+          "softmax backward from the forward output");
+}
+
+}  // namespace hal

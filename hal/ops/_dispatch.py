@@ -1,0 +1,222 @@
+"""Per-call choice of implementation for the ``hal.ops`` operators, with counters.
+
+Order, for the device type of the call's tensors:
+
+1. **fused** — the kernel the owning backend's plugin declares through the
+   ``hal_fused_kernels`` hook (the CPU's are the C++ host kernels of ``hal._C``);
+2. **composition** — standard torch ops on the tensors' own device;
+3. **host** — the C++ host kernel, with a copy to the host and back (when the device
+   cannot run the composition, e.g. an accelerator with a partial op set).
+
+A declared kernel that cannot take a call's inputs raises :class:`KernelUnsupported`
+and the next path is tried.  Every call that does not use the device's fused kernel is a
+*fallback*: it is counted (:func:`stats`) and warned once per op
+(:class:`FallbackWarning`).  :func:`use_path` forces a path (for tests and benchmarks);
+a forced path is counted but never warned about.
+"""
+from __future__ import annotations
+
+import contextlib
+import importlib
+import threading
+import warnings
+from typing import Callable, Dict, Optional
+
+from hal._errors import HalError
+
+PATHS = ("fused", "composition", "host")
+
+
+class KernelUnsupported(HalError):
+    """A kernel cannot take these inputs (dtype, layout, missing library); try the next path."""
+
+
+class FallbackWarning(UserWarning):
+    """A hal.ops operator ran without the device's fused kernel (issued once per op)."""
+
+
+_lock = threading.Lock()
+_stats: Dict[str, dict] = {}
+_warned: set = set()
+_kernel_cache: Dict[str, tuple] = {}
+_forced = threading.local()
+
+
+def stats() -> Dict[str, dict]:
+    """Calls per operator and path since the last :func:`reset_stats`.
+
+    :return: ``{op: {"fused": n, "composition": n, "host": n, "fallbacks": n,
+             "last_fallback": reason or None}}`` for every op called so far.
+    """
+    with _lock:
+        return {op: dict(s) for op, s in sorted(_stats.items())}
+
+
+def reset_stats() -> None:
+    """Zero the counters and re-arm the once-per-op fallback warnings."""
+    with _lock:
+        _stats.clear()
+        _warned.clear()
+
+
+def _record(op: str, path: str, fallback_reason: Optional[str]) -> None:
+    with _lock:
+        s = _stats.setdefault(op, {"fused": 0, "composition": 0, "host": 0, "fallbacks": 0,
+                                   "last_fallback": None})
+        s[path] += 1
+        if fallback_reason is None:
+            return
+        s["fallbacks"] += 1
+        s["last_fallback"] = fallback_reason
+        first = op not in _warned
+        _warned.add(op)
+    if first:
+        warnings.warn(f"hal.ops.{op}: {fallback_reason} (reported once; counts in hal.ops.stats())",
+                      FallbackWarning, stacklevel=_caller_stacklevel())
+
+
+def _caller_stacklevel() -> int:
+    """The stacklevel of the first frame outside hal and torch: the user's line."""
+    import os
+    import sys
+
+    import torch
+
+    skip = (os.path.dirname(os.path.dirname(__file__)), os.path.dirname(torch.__file__))
+    frame, level = sys._getframe(1), 1
+    while frame is not None and frame.f_code.co_filename.startswith(skip):
+        frame, level = frame.f_back, level + 1
+    return level  # stacklevel 1 is _record, the frame that calls warnings.warn
+
+
+@contextlib.contextmanager
+def use_path(path: str):
+    """Force every hal.ops call in this thread onto one path (``fused``, ``composition``, ``host``).
+
+    Example::
+
+        with hal.ops.use_path("composition"):
+            y = hal.ops.rms_norm(x, w)      # torch ops only, even on a CPU with hal._C
+
+    A forced path that cannot run the call raises instead of falling back.
+    """
+    if path not in PATHS:
+        raise ValueError(f"hal.ops.use_path({path!r}): unknown path; choose one of {', '.join(PATHS)}")
+    prev = getattr(_forced, "path", None)
+    _forced.path = path
+    try:
+        yield
+    finally:
+        _forced.path = prev
+
+
+def forced_path() -> Optional[str]:
+    """The path forced by :func:`use_path` in this thread, or None."""
+    return getattr(_forced, "path", None)
+
+
+# -- declared kernels ------------------------------------------------------------------
+def _owner(device_type: str):
+    """(registry, candidate) of the backend that owns ``device_type``, or (registry, None)."""
+    from hal.registry import get_registry
+
+    reg = get_registry()
+    if device_type == "cpu":
+        return reg, next((c for c in reg.candidates() if c.name == "cpu"), None)
+    try:
+        sel = reg.selected()
+    except HalError:
+        return reg, None
+    return reg, (sel if sel.spec.device_type == device_type else None)
+
+
+def declared_kernels(device_type: str) -> Dict[str, object]:
+    """The fused kernels the plugin owning ``device_type`` declares (unresolved values)."""
+    reg, cand = _owner(device_type)
+    with _lock:
+        hit = _kernel_cache.get(device_type)
+        if hit is not None and hit[0] is reg:  # a reset registry re-reads the tables
+            return hit[1]
+    kernels = plugin_kernels(reg, cand) if cand is not None else {}
+    with _lock:
+        _kernel_cache[device_type] = (reg, kernels)
+    return kernels
+
+
+def plugin_kernels(reg, cand) -> Dict[str, object]:
+    """The table the plugin of candidate ``cand`` declares; ``{"__error__": why}`` if its hook raised."""
+    kernels: Dict[str, object] = {}
+    plugin = reg.pm.get_plugin(cand.plugin)
+    try:
+        for table in reg.plugin_call(plugin, "hal_fused_kernels", spec=cand.spec):
+            kernels.update(table or {})
+    except Exception as exc:  # a broken plugin table means: no fused kernels
+        kernels = {"__error__": f"{cand.plugin}: hal_fused_kernels raised {type(exc).__name__}: {exc}"}
+    return kernels
+
+
+def resolve(value) -> Callable:
+    """Turn a declared kernel (``"module:function"`` or a callable) into a callable."""
+    if callable(value):
+        return value
+    if not isinstance(value, str) or ":" not in value:
+        raise KernelUnsupported(f"declared kernel {value!r} is neither a callable nor 'module:function'")
+    mod, _, attr = value.partition(":")
+    try:
+        obj = importlib.import_module(mod)
+        for part in attr.split("."):
+            obj = getattr(obj, part)
+    except Exception as exc:
+        raise KernelUnsupported(f"declared kernel {value} cannot be loaded ({type(exc).__name__}: {exc})")
+    return obj
+
+
+def _fused(op: str, device_type: str):
+    """(callable or None, reason when None)."""
+    table = declared_kernels(device_type)
+    if "__error__" in table:
+        return None, table["__error__"]
+    if op not in table:
+        return None, f"no fused kernel declared for device type {device_type!r}"
+    try:
+        return resolve(table[op]), None
+    except KernelUnsupported as exc:
+        return None, str(exc)
+
+
+def run(op: str, device_type: str, args: tuple, composition: Callable, host: Callable):
+    """Run ``op`` on the best available path; see the module docstring for the order."""
+    forced = forced_path()
+    if forced == "fused":
+        fn, why = _fused(op, device_type)
+        if fn is None:
+            raise KernelUnsupported(f"hal.ops.{op}: use_path('fused'): {why}")
+        out = fn(*args)
+        _record(op, "fused", None)
+        return out
+    if forced == "composition":
+        out = composition(*args)
+        _record(op, "composition", None)
+        return out
+    if forced == "host":
+        out = host(*args)
+        _record(op, "host", None)
+        return out
+
+    fn, why = _fused(op, device_type)
+    if fn is not None:
+        try:
+            out = fn(*args)
+            _record(op, "fused", None)
+            return out
+        except KernelUnsupported as exc:
+            why = f"fused kernel refused the call: {exc}"
+    try:
+        out = composition(*args)
+        _record(op, "composition", f"{why}; ran the torch composition")
+        return out
+    except NotImplementedError as exc:
+        why = f"{why}; the composition is not implemented on {device_type} ({exc})"
+    out = host(*args)
+    _record(op, "host", f"{why}; ran the C++ host kernel through host memory")
+    return out

@@ -1,0 +1,81 @@
+"""``hal::rotary_embedding``: rotary position embedding, half-split or interleaved."""
+import torch
+from torch import Tensor
+
+from hal.ops import _checks, compositions as comp, host
+from hal.ops._dispatch import run
+
+
+@torch.library.custom_op("hal::rotary_embedding", mutates_args=())
+def _rotary(x: Tensor, cos: Tensor, sin: Tensor, interleaved: bool, seq_dim: int) -> Tensor:
+    return run("rotary_embedding", x.device.type, (x, cos, sin, interleaved, seq_dim), comp.rotary_embedding,
+               host.rotary_embedding)
+
+
+@_rotary.register_fake
+def _(x, cos, sin, interleaved, seq_dim):
+    return torch.empty_like(x)
+
+
+def _setup(ctx, inputs, output):
+    x, cos, sin, interleaved, seq_dim = inputs
+    ctx.save_for_backward(cos, sin)
+    ctx.interleaved, ctx.seq_dim = interleaved, seq_dim
+
+
+def _backward(ctx, grad):
+    cos, sin = ctx.saved_tensors
+    # a rotation's adjoint is the rotation by the opposite angle
+    return torch.ops.hal.rotary_embedding(grad, cos, -sin, ctx.interleaved, ctx.seq_dim), None, None, None, None
+
+
+_rotary.register_autograd(_backward, setup_context=_setup)
+
+
+def rotary_embedding(x: Tensor, cos: Tensor, sin: Tensor, interleaved: bool = False, seq_dim: int = 1) -> Tensor:
+    """Rotate pairs of features of ``x`` by position-dependent angles (RoPE).
+
+    Layout (flash-attn's convention): ``x`` is (batch, seq, heads, head_dim) with
+    ``seq_dim=1``; use ``seq_dim=0`` for (seq, batch, heads, head_dim) (Megatron/apex) and
+    ``seq_dim=-2`` for (batch, heads, seq, head_dim) (Hugging Face).  ``cos`` and ``sin``
+    are (positions, rotary_dim / 2) with positions >= seq (a longer cache is cut to the
+    first ``seq`` rows); features past ``rotary_dim`` pass through unchanged.
+
+    Pairs: ``interleaved=False`` (half-split, GPT-NeoX/LLaMA) rotates (i, i + rotary_dim/2);
+    ``interleaved=True`` (GPT-J) rotates (2i, 2i + 1).  Each pair (a, b) becomes
+    ``(a*cos - b*sin, b*cos + a*sin)``.  Hugging Face's cos/sin of width head_dim hold each
+    angle twice: pass ``cos[..., :head_dim // 2]``.
+
+    Differentiable with respect to ``x`` (cos/sin are treated as constants).
+
+    Example::
+
+        inv = 1.0 / 10000 ** (torch.arange(0, d, 2) / d)
+        ang = torch.outer(torch.arange(seq), inv)
+        q = hal.ops.rotary_embedding(q, ang.cos(), ang.sin())
+    """
+    op = "rotary_embedding"
+    for name, t in (("x", x), ("cos", cos), ("sin", sin)):
+        _checks.tensor(op, name, t)
+        _checks.floating(op, name, t)
+    if x.dim() < 2:
+        raise ValueError(f"hal.ops.{op}: x has shape {tuple(x.shape)}; it needs a sequence dim and a feature dim")
+    sd = seq_dim % x.dim() if -x.dim() <= seq_dim < x.dim() else None
+    if sd is None or sd == x.dim() - 1:
+        raise ValueError(f"hal.ops.{op}: seq_dim={seq_dim} is not a sequence dim of x {tuple(x.shape)} "
+                         "(it must name a dim other than the last)")
+    if cos.dim() != 2 or cos.shape != sin.shape:
+        raise ValueError(f"hal.ops.{op}: cos {tuple(cos.shape)} and sin {tuple(sin.shape)} must both be "
+                         "(positions, rotary_dim / 2)")
+    seq, d = x.shape[sd], x.shape[-1]
+    if cos.shape[0] < seq:
+        raise ValueError(f"hal.ops.{op}: cos/sin hold {cos.shape[0]} positions but x has {seq} along "
+                         f"seq_dim={seq_dim}; build the tables for at least {seq} positions")
+    if 2 * cos.shape[1] > d:
+        raise ValueError(f"hal.ops.{op}: cos/sin cover {2 * cos.shape[1]} rotary dims but x's head dim is {d}; "
+                         "pass tables of width rotary_dim / 2 (Hugging Face tables: cos[..., :head_dim // 2])")
+    _checks.same_device(op, x, cos=cos, sin=sin)
+    _checks.no_grad_needed(op, "cos", cos)
+    _checks.no_grad_needed(op, "sin", sin)
+    return torch.ops.hal.rotary_embedding(x, cos[:seq].contiguous(), sin[:seq].contiguous(), bool(interleaved),
+                                          sd)

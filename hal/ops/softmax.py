@@ -1,0 +1,82 @@
+"""``hal::softmax``: fused scale + mask (+ causal) softmax over the last dim."""
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from hal.ops import _checks, compositions as comp, host
+from hal.ops._dispatch import run
+
+
+@torch.library.custom_op("hal::softmax", mutates_args=())
+def _softmax(x: Tensor, mask: Optional[Tensor], causal: bool, scale: float) -> Tensor:
+    return run("softmax", x.device.type, (x, mask, causal, scale), comp.softmax, host.softmax)
+
+
+@_softmax.register_fake
+def _(x, mask, causal, scale):
+    return torch.empty_like(x)
+
+
+@torch.library.custom_op("hal::softmax_backward", mutates_args=())
+def _softmax_backward(grad: Tensor, out: Tensor, scale: float) -> Tensor:
+    return run("softmax_backward", out.device.type, (grad, out, scale), comp.softmax_backward,
+               host.softmax_backward)
+
+
+@_softmax_backward.register_fake
+def _(grad, out, scale):
+    return torch.empty_like(out)
+
+
+def _setup(ctx, inputs, output):
+    ctx.save_for_backward(output)
+    ctx.scale = inputs[3]
+
+
+def _backward(ctx, grad):
+    (out,) = ctx.saved_tensors
+    return torch.ops.hal.softmax_backward(grad, out, ctx.scale), None, None, None
+
+
+_softmax.register_autograd(_backward, setup_context=_setup)
+
+
+def softmax(x: Tensor, mask: Optional[Tensor] = None, causal: bool = False, scale: float = 1.0) -> Tensor:
+    """``softmax(scale * x + mask)`` over the last dim, in one pass over memory.
+
+    :param x: scores (..., q, k), floating dtype.
+    :param mask: None; a bool tensor where True means *take part* (torch SDPA's polarity;
+        note torch_npu's masks mean the opposite); or a float tensor added to the scaled
+        scores.  Broadcastable to ``x``.
+    :param causal: also hide keys after the query: position (i, j) takes part only when
+        j <= i (top-left aligned, as torch SDPA's ``is_causal``).
+    :param scale: multiplies the scores before the mask is applied.
+    :return: probabilities shaped like ``x``; a row with no key left comes out all zeros
+        (never NaN).
+
+    Example::
+
+        p = hal.ops.softmax(q @ k.transpose(-1, -2), causal=True, scale=d ** -0.5)
+    """
+    _checks.tensor("softmax", "x", x)
+    _checks.floating("softmax", "x", x)
+    if x.dim() < 1:
+        raise ValueError("hal.ops.softmax: x is a 0-d tensor; it needs a last dimension")
+    if causal and x.dim() < 2:
+        raise ValueError(f"hal.ops.softmax: causal=True needs (..., q, k) scores, x has shape {tuple(x.shape)}")
+    if mask is not None:
+        _checks.tensor("softmax", "mask", mask)
+        _checks.same_device("softmax", x, mask=mask)
+        _checks.no_grad_needed("softmax", "mask", mask)
+        if mask.dtype != torch.bool and not mask.is_floating_point():
+            raise TypeError(f"hal.ops.softmax: mask has dtype {mask.dtype}; pass a bool mask (True = take part) "
+                            "or a float mask added to the scores")
+        try:
+            ok = torch.broadcast_shapes(mask.shape, x.shape) == x.shape
+        except RuntimeError:
+            ok = False
+        if not ok:
+            raise ValueError(f"hal.ops.softmax: mask of shape {tuple(mask.shape)} does not broadcast to x "
+                             f"{tuple(x.shape)}")
+    return torch.ops.hal.softmax(x, mask, bool(causal), float(scale))

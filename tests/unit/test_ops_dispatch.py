@@ -1,0 +1,162 @@
+"""How hal.ops picks a path per call, counts fallbacks and warns once; plugin kernel tables."""
+import json
+import subprocess
+import sys
+import warnings
+
+import pytest
+import torch
+
+import hal
+import hal.ops
+from hal.kernel_table import builtin_fused_kernels, fused_kernel_facts
+from hal.ops import host
+from hal.ops._dispatch import resolve
+
+needs_native = pytest.mark.skipif(not host.available(), reason="hal._C (C++ host kernels) is not built here")
+
+
+@pytest.fixture
+def fresh(clean_registry):
+    hal.ops.reset_stats()
+    yield
+    hal.ops.reset_stats()
+
+
+@pytest.fixture
+def cpu_kernels(fresh, monkeypatch):
+    """Replace the CPU plugin's declared kernel table (through the real hook)."""
+    import hal_backends.cpu
+
+    def set_table(table):
+        monkeypatch.setattr(hal_backends.cpu._plugin, "fused_kernels", table)
+        hal.reset_registry()
+    return set_table
+
+
+@needs_native
+def test_cpu_uses_its_host_kernels_without_fallback(fresh):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        hal.ops.rms_norm(torch.randn(2, 8), torch.ones(8))
+    assert hal.ops.stats()["rms_norm"] == {"fused": 1, "composition": 0, "host": 0, "fallbacks": 0,
+                                           "last_fallback": None}
+
+
+@needs_native
+def test_unsupported_dtype_falls_back_counted_and_warned_once(fresh):
+    x = torch.randn(2, 8, dtype=torch.float64)
+    with pytest.warns(hal.ops.FallbackWarning, match=r"hal.ops.gelu: fused kernel refused the call: .*float64") as rec:
+        hal.ops.gelu(x)
+    assert rec[0].filename == __file__  # the warning points at the caller's line, not at hal or torch
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the second fallback is counted, not warned
+        y = hal.ops.gelu(x)
+    assert y.dtype == torch.float64
+    s = hal.ops.stats()["gelu"]
+    assert (s["composition"], s["fallbacks"]) == (2, 2) and "torch composition" in s["last_fallback"]
+
+
+def test_forced_paths_are_counted_not_warned(fresh):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with hal.ops.use_path("composition"):
+            hal.ops.swiglu(torch.randn(3, 4))
+    assert hal.ops.stats()["swiglu"]["composition"] == 1
+    assert hal.ops.stats()["swiglu"]["fallbacks"] == 0
+    with pytest.raises(ValueError, match="unknown path; choose one of fused, composition, host"):
+        with hal.ops.use_path("gpu"):
+            pass
+
+
+def test_plugin_declared_kernel_is_called(cpu_kernels):
+    calls = []
+
+    def my_gelu(x, approximate):
+        calls.append(approximate)
+        return torch.full_like(x, 7.0)
+
+    cpu_kernels({"gelu": my_gelu})
+    out = hal.ops.gelu(torch.zeros(3), approximate="tanh")
+    assert calls == ["tanh"] and torch.equal(out, torch.full((3,), 7.0))
+    assert hal.ops.stats()["gelu"]["fused"] == 1
+
+
+def test_refusing_or_unloadable_kernel_falls_back_with_its_reason(cpu_kernels):
+    def refuse(x, weight, eps):
+        raise hal.ops.KernelUnsupported("vendor kernel wants 2-D input")
+
+    cpu_kernels({"rms_norm": refuse, "swiglu": "no_such_vendor_module:swiglu"})
+    with pytest.warns(hal.ops.FallbackWarning, match="vendor kernel wants 2-D input"):
+        y = hal.ops.rms_norm(torch.ones(2, 4), torch.ones(4))
+    torch.testing.assert_close(y, torch.ones(2, 4), rtol=1e-5, atol=1e-5)
+    with pytest.warns(hal.ops.FallbackWarning, match="no_such_vendor_module:swiglu cannot be loaded"):
+        hal.ops.swiglu(torch.ones(2, 4))
+    with pytest.raises(hal.ops.KernelUnsupported, match="use_path\\('fused'\\)"):
+        with hal.ops.use_path("fused"):
+            hal.ops.gelu(torch.ones(2))
+
+
+@needs_native
+def test_composition_not_implemented_on_device_goes_to_host(cpu_kernels, monkeypatch):
+    import hal.ops.compositions as comp
+
+    def not_here(*a):
+        raise NotImplementedError("aten::rsqrt is not implemented for this device")
+
+    cpu_kernels({})
+    monkeypatch.setattr(comp, "rms_norm", not_here)
+    x, w = torch.randn(3, 16), torch.randn(16)
+    with pytest.warns(hal.ops.FallbackWarning, match="C\\+\\+ host kernel through host memory"):
+        y = hal.ops.rms_norm(x, w)
+    torch.testing.assert_close(y, torch.nn.functional.rms_norm(x, (16,), w, 1e-6))
+    assert hal.ops.stats()["rms_norm"]["host"] == 1
+
+
+def test_every_declared_kernel_resolves_without_importing_vendor_stacks():
+    vendor_modules = ("torch_npu", "torch_mlu", "torch_mlu_ops", "torch_musa", "tecoops", "kunlun_ops",
+                      "flash_attn", "torchvision")
+    before = {m for m in vendor_modules if m in sys.modules}
+    facts = fused_kernel_facts()
+    known = {"rms_norm", "add_rms_norm", "rms_norm_backward", "layer_norm", "add_layer_norm", "layer_norm_backward",
+             "rotary_embedding", "swiglu", "swiglu_backward", "gelu", "gelu_backward", "softmax",
+             "softmax_backward", "fused_adamw_", "nms", "roi_align", "roi_align_backward"}
+    for backend, table in facts["backends"].items():
+        assert set(table) <= known, f"{backend} declares unknown ops {set(table) - known}"
+        for op, kernel in builtin_fused_kernels(backend).items():
+            assert callable(resolve(kernel)), f"{backend}.{op}: {kernel}"
+            entry = table[op]
+            assert entry["source"] and entry["confidence"], f"{backend}.{op} lacks its source"
+    assert {m for m in vendor_modules if m in sys.modules} == before
+
+
+def test_builtin_plugins_declare_their_tables_through_the_hook(clean_registry):
+    reg = hal.get_registry()
+    for cand in reg.candidates():
+        plugin = reg.pm.get_plugin(cand.plugin)
+        tables = [t for t in reg.plugin_call(plugin, "hal_fused_kernels", spec=cand.spec) if t]
+        declared = tables[0] if tables else {}
+        assert declared == builtin_fused_kernels(cand.name), cand.name
+    assert "npu_rotary_mul" in json.dumps(fused_kernel_facts()["backends"]["ascend"]["rotary_embedding"])
+
+
+def test_hal_works_without_native_kernels():
+    code = """
+import sys, warnings
+sys.modules["hal._C"] = None          # as if the C++ build had failed
+import torch, hal, hal.ops
+assert hal.native_available() is False
+with warnings.catch_warnings(record=True) as w:
+    warnings.simplefilter("always")
+    y = hal.ops.rms_norm(torch.ones(2, 4), torch.ones(4))
+assert torch.allclose(y, torch.ones(2, 4), atol=1e-5)
+assert any("hal._C" in str(x.message) for x in w), [str(x.message) for x in w]
+try:
+    with hal.ops.use_path("host"):
+        hal.ops.gelu(torch.ones(2))
+except hal.ops.KernelUnsupported as exc:
+    print("refused:", exc)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "refused: the C++ host kernels (hal._C) are not built" in out.stdout
