@@ -19,10 +19,15 @@ log="$dest/gpu-check-$day.log"
   echo "## hal list --json"; "$PY" -m hal list --json
   echo "## hal info --json"; HAL_BACKEND=cuda "$PY" -m hal info --json
   echo "## backend tests (every usable backend, cuda included)"
-  PYTHONUNBUFFERED=1 "$PY" -m pytest -q -p no:cacheprovider tests/backend -rs
-  for extra in scripts/gpu_check.d/*.sh; do
-    [ -e "$extra" ] || continue
-    echo "## $extra"; bash "$extra"
+  PYTHONUNBUFFERED=1 timeout "${HAL_GPU_TESTS_TIMEOUT:-180}" "$PY" -m pytest -q -p no:cacheprovider tests/backend -rs
+  echo "(backend tests exit code $?)"
+  # each section has its own time limit, most important first, so one slow part cannot
+  # eat the whole device lease; a section's exit code is printed, not acted on
+  for section in ops:70 dist:70 emu_transfer_conformance:90 checkpoint:60 op_coverage_rewrite:40; do
+    name=${section%%:*}; limit=${section##*:}
+    echo "## scripts/gpu_check.d/$name.sh (limit ${limit}s)"
+    PYTHONUNBUFFERED=1 timeout "$limit" bash "scripts/gpu_check.d/$name.sh"
+    echo "(section $name exit code $?)"
   done
 } 2>&1 | tee "$log"
 echo "evidence written to $log"

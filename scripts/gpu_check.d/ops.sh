@@ -6,7 +6,6 @@
 #  2. the path each op took on cuda at realistic sizes (hal.ops.stats()), and fused kernel
 #     against torch composition timings on the GPU;
 #  3. torch.compile (inductor) of a block of hal ops on cuda, forward and backward;
-#  4. the host-kernel benchmark on the GPU machine's CPU cores.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 PY=${PYTHON:-python3}
@@ -70,5 +69,3 @@ out = torch.compile(m, fullgraph=True)(x); out.sum().backward()
 torch.testing.assert_close(out, eager); torch.testing.assert_close(x.grad, g)
 print("torch.compile(fullgraph=True) on cuda: forward and backward match eager")
 PYEOF
-echo "### host kernels on this machine's CPU cores"
-"$PY" bench/bench_host_kernels.py --no-compile
