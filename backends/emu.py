@@ -5,7 +5,7 @@ load that registers the device with PyTorch, and the collective registered as an
 out-of-tree c10d backend, as vendor CCLs are.
 """
 from hal import __version__
-from hal._errors import NotSupported
+from hal._errors import NoDevice, NotSupported
 from hal.backend import Backend
 from hal.plugin import hookimpl
 from hal.plugin_kit import VendorPlugin
@@ -36,7 +36,12 @@ class EmuPlugin(VendorPlugin):
     def load(self):
         from hal.emu import install
         from hal.emu._ccl import register_c10d_backend
+        from hal.emu._device import real_accelerator
 
+        real = real_accelerator()
+        if real is not None:
+            raise NoDevice(f"the emulator stands in for an accelerator, and this process has a real one "
+                           f"({real}); torch allows one accelerator per process: use HAL_BACKEND={real}")
         install()
         register_c10d_backend()
         import hal.emu as module

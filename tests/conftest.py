@@ -8,8 +8,24 @@ import os
 import pytest
 
 import hal
+from hal.emu._device import real_accelerator
 from hal.registry import Registry
 from hal.spec import Status
+
+#: an available accelerator other than the emulator (cuda on a GPU machine), or None
+REAL_ACCELERATOR = real_accelerator()
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked ``emu`` need the emulator, which cannot share a process with a real accelerator."""
+    if REAL_ACCELERATOR is None:
+        return
+    skip = pytest.mark.skip(reason=f"the emulator cannot share a process with the real {REAL_ACCELERATOR} "
+                                   f"accelerator here (torch allows one per process); the emulator runs "
+                                   f"where no accelerator is visible")
+    for item in items:
+        if item.get_closest_marker("emu"):
+            item.add_marker(skip)
 
 
 def usable_backend_names():

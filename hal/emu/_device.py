@@ -40,6 +40,19 @@ def is_installed() -> bool:
     return _installed
 
 
+def real_accelerator():
+    """Device type of an available accelerator other than the emulator, or None."""
+    if _installed:
+        return None
+    try:
+        acc = torch.accelerator.current_accelerator(check_available=True)
+    except Exception:  # older torch without the argument
+        acc = torch.accelerator.current_accelerator()
+    if acc is None or acc.type in ("privateuseone", DEVICE_TYPE):
+        return None
+    return acc.type
+
+
 def install() -> None:
     """Create the ``emu`` device in this process (idempotent).
 
@@ -52,6 +65,12 @@ def install() -> None:
     with _lock:
         if _installed:
             return
+        real = real_accelerator()
+        if real is not None:
+            raise HalError(f"emu: this process already has a real accelerator ({real}); torch allows one "
+                           f"accelerator per process and the emulator stands in for one where none "
+                           f"exists. Use HAL_BACKEND={real} here, or run the emulator on a machine "
+                           f"(or with CUDA_VISIBLE_DEVICES='') where no accelerator is visible")
         owner = privateuse1_owner()
         if owner not in ("privateuseone", DEVICE_TYPE):
             raise HalError(f"emu: torch's PrivateUse1 device type already belongs to {owner!r} "

@@ -7,7 +7,7 @@ import torch
 import hal
 import hal.emu
 
-pytestmark = pytest.mark.filterwarnings("ignore::hal.emu.FallbackWarning")
+pytestmark = [pytest.mark.emu, pytest.mark.filterwarnings("ignore::hal.emu.FallbackWarning")]
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -5,6 +5,8 @@ import torch
 import hal
 import hal.emu
 
+pytestmark = pytest.mark.emu
+
 
 @pytest.fixture(autouse=True)
 def fresh_report():

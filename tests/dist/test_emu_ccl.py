@@ -8,7 +8,7 @@ import sys
 import pytest
 import torch
 
-pytestmark = [pytest.mark.dist, pytest.mark.slow]
+pytestmark = [pytest.mark.dist, pytest.mark.slow, pytest.mark.emu]
 WORKER = os.path.join(os.path.dirname(__file__), "_emu_ddp_worker.py")
 
 

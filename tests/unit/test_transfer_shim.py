@@ -6,6 +6,8 @@ import hal
 import hal.transfer
 from hal.registry import Registry
 
+pytestmark = pytest.mark.emu
+
 
 @pytest.fixture
 def cpu_backend(clean_registry):
