@@ -267,21 +267,26 @@ def softmax_backward(grad: torch.Tensor, out: torch.Tensor, scale: float = 1.0) 
 def fused_adamw_(params: List[torch.Tensor], grads: List[torch.Tensor], exp_avgs: List[torch.Tensor],
                  exp_avg_sqs: List[torch.Tensor], lr: float, beta1: float, beta2: float, eps: float,
                  weight_decay: float, step: float, maximize: bool = False) -> None:
-    """One AdamW step in place over CPU tensors (contiguous, float32/float16/bfloat16)."""
+    """One AdamW step in place (float32/float16/bfloat16).
+
+    Device or non-contiguous tensors are staged through contiguous host copies and the
+    results copied back in place, so the host kernel serves any device as a fallback.
+    """
     groups = (params, grads, exp_avgs, exp_avg_sqs)
-    for name, ts in zip(("params", "grads", "exp_avgs", "exp_avg_sqs"), groups):
+    for ts in groups:
         for t in ts:
             _check("fused_adamw", t)
-            if t.device.type != "cpu":
-                raise KernelUnsupported("host kernel fused_adamw updates host tensors in place; "
-                                        f"{name} holds a {t.device.type} tensor")
-            if name != "grads" and not t.is_contiguous():
-                raise KernelUnsupported(f"host kernel fused_adamw updates in place; {name} holds a "
-                                        "non-contiguous tensor")
+    staged = [[t if (t.device.type == "cpu" and t.is_contiguous()) else t.detach().to("cpu").contiguous()
+               for t in ts] for ts in groups]
     C = native()
-    C.adamw_step([_np(p.detach()) for p in params], [_np(g.detach().contiguous()) for g in grads],
-                 [_np(m) for m in exp_avgs], [_np(v) for v in exp_avg_sqs], float(lr), float(beta1),
+    C.adamw_step([_np(p.detach()) for p in staged[0]], [_np(g.detach()) for g in staged[1]],
+                 [_np(m) for m in staged[2]], [_np(v) for v in staged[3]], float(lr), float(beta1),
                  float(beta2), float(eps), float(weight_decay), float(step), bool(maximize))
+    for orig, host_copy in zip((params, exp_avgs, exp_avg_sqs), (staged[0], staged[2], staged[3])):
+        for t, h in zip(orig, host_copy):
+            if h is not t:
+                with torch.no_grad():
+                    t.copy_(h)
 
 
 # -- vision ----------------------------------------------------------------------------

@@ -86,3 +86,23 @@ def test_adamw_skips_params_without_grad_and_rejects_bad_args(hal_backend):
     with pytest.raises(ValueError, match="step=0"):
         hal.ops.fused_adamw_([a.detach()], [a.grad], [a.grad.clone()], [a.grad.clone()], lr=1.0, beta1=0.9,
                              beta2=0.9, eps=1e-8, weight_decay=0.0, step=0)
+
+
+def test_host_kernel_updates_non_contiguous_and_device_tensors_in_place(hal_backend):
+    """The host fallback stages device / strided tensors through host memory and writes back."""
+    dev = hal_backend.device()
+    gen = torch.Generator().manual_seed(3)
+    base = torch.randn(8, 6, generator=gen)
+    p_ref = torch.nn.Parameter(base.t().contiguous().to(dev))
+    p_hal = torch.nn.Parameter(base.to(dev).t())  # a transposed (non-contiguous) view
+    assert not p_hal.is_contiguous()
+    opt_ref = torch.optim.AdamW([p_ref], lr=1e-2, foreach=False)
+    opt_hal = hal.optim.AdamW([p_hal], lr=1e-2)
+    with on_path("host"):
+        for _ in range(5):
+            g = torch.randn(6, 8, generator=gen).to(dev)
+            p_ref.grad, p_hal.grad = g.clone(), g.clone()
+            opt_ref.step()
+            opt_hal.step()
+    assert p_hal.device == p_ref.device
+    torch.testing.assert_close(p_hal.detach(), p_ref.detach(), atol=2e-6, rtol=1e-5)
