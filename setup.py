@@ -64,10 +64,17 @@ class OptionalBuildExt(build_ext):
     def _add_isa_objects(self, extension):
         """Compile csrc/isa/<isa>.cpp with its -m flags and link it in, defining HAL_HAVE_<ISA>
         so that isa.cpp offers it.  An ISA the compiler refuses is left out with one line:
-        the kernels then run with the baseline ISA (HAL_HOST_ISA=off skips them all)."""
-        if not X86 or self.compiler.compiler_type != "unix" or os.environ.get("HAL_HOST_ISA") == "off":
+        the kernels then run with the baseline ISA.  HAL_BUILD_ISAS=avx2 (comma list; empty for
+        none) builds fewer."""
+        if not X86 or self.compiler.compiler_type != "unix":
             return
+        wanted = os.environ.get("HAL_BUILD_ISAS", ",".join(ISA_FLAGS)).replace(" ", "").split(",")
+        unknown = sorted(set(wanted) - set(ISA_FLAGS) - {""})
+        if unknown:
+            raise ValueError(f"HAL_BUILD_ISAS names {unknown}; choose from {sorted(ISA_FLAGS)} (comma-separated)")
         for isa, flags in ISA_FLAGS.items():
+            if isa not in wanted:
+                continue
             try:
                 objs = self.compiler.compile(
                     [f"csrc/isa/{isa}.cpp"], output_dir=self.build_temp, include_dirs=["csrc"],
