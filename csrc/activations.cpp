@@ -1,14 +1,11 @@
 // SwiGLU (silu(first half) * second half of the last dim) and GELU (exact and tanh),
-// forward and backward.
+// forward and backward: argument checks here, the loops in isa/kernels.h (one copy per
+// instruction set, chosen at run time by isa.cpp).
 #include "common.h"
+#include "kernel_table.h"
 
 namespace hal {
 namespace {
-
-constexpr float kSqrt1_2 = 0.70710678118654752440f;
-constexpr float kSqrt2_Pi = 0.79788456080286535588f;   // sqrt(2/pi)
-constexpr float kInvSqrt2Pi = 0.39894228040143267794f;  // 1/sqrt(2*pi)
-constexpr float kGeluC = 0.044715f;
 
 void swiglu_fwd(py::array x, py::array y) {
     const char* op = "swiglu";
@@ -21,23 +18,9 @@ void swiglu_fwd(py::array x, py::array y) {
     const int64_t n = cols / 2;
     check_output(y, dt, op, "out");
     check_shape(y, {rows, n}, op, "out");
-    dispatch(dt, [&](auto tag) {
-        using T = decltype(tag);
-        const T* xp = cptr<T>(x);
-        T* yp = mptr<T>(y);
-        py::gil_scoped_release nogil;
-#pragma omp parallel for schedule(guided)
-        for (int64_t r = 0; r < rows; ++r) {
-            const T* a = xp + r * cols;
-            const T* b = a + n;
-            T* yr = yp + r * n;
-#pragma omp simd
-            for (int64_t i = 0; i < n; ++i) {
-                const float av = load(a, i);
-                store(yr, i, av * sigmoid_f(av) * load(b, i));
-            }
-        }
-    });
+    const HostKernels& k = host_kernels();
+    py::gil_scoped_release nogil;
+    k.swiglu_fwd(dt, x.data(), y.mutable_data(), rows, n);
 }
 
 void swiglu_bwd(py::array dy, py::array x, py::array dx) {
@@ -52,28 +35,9 @@ void swiglu_bwd(py::array dy, py::array x, py::array dx) {
     check_shape(dy, {rows, n}, op, "grad");
     check_output(dx, dt, op, "grad_x");
     check_shape(dx, {rows, cols}, op, "grad_x");
-    dispatch(dt, [&](auto tag) {
-        using T = decltype(tag);
-        const T* xp = cptr<T>(x);
-        const T* gp = cptr<T>(dy);
-        T* dxp = mptr<T>(dx);
-        py::gil_scoped_release nogil;
-#pragma omp parallel for schedule(guided)
-        for (int64_t r = 0; r < rows; ++r) {
-            const T* a = xp + r * cols;
-            const T* b = a + n;
-            const T* g = gp + r * n;
-            T* da = dxp + r * cols;
-            T* db = da + n;
-#pragma omp simd
-            for (int64_t i = 0; i < n; ++i) {
-                const float av = load(a, i), bv = load(b, i), gv = load(g, i);
-                const float s = sigmoid_f(av);
-                store(da, i, gv * bv * s * (1.0f + av * (1.0f - s)));
-                store(db, i, gv * av * s);
-            }
-        }
-    });
+    const HostKernels& k = host_kernels();
+    py::gil_scoped_release nogil;
+    k.swiglu_bwd(dt, dy.data(), x.data(), dx.mutable_data(), rows, n);
 }
 
 void check_flat_pair(const py::array& a, const py::array& out, DType dt, const char* op, const char* aname,
@@ -91,25 +55,9 @@ void gelu_fwd(py::array x, py::array y, bool tanh_approx) {
     const DType dt = dtype_of(x, op, "x");
     check_flat_pair(x, y, dt, op, "x", "out");
     const int64_t n = x.size();
-    dispatch(dt, [&](auto tag) {
-        using T = decltype(tag);
-        const T* xp = cptr<T>(x);
-        T* yp = mptr<T>(y);
-        py::gil_scoped_release nogil;
-        if (tanh_approx) {
-#pragma omp parallel for simd schedule(guided)
-            for (int64_t i = 0; i < n; ++i) {
-                const float v = load(xp, i);
-                store(yp, i, v * sigmoid_f(2.0f * kSqrt2_Pi * (v + kGeluC * v * v * v)));  // 0.5v(1+tanh u) = v*sigmoid(2u)
-            }
-        } else {
-#pragma omp parallel for simd schedule(guided)
-            for (int64_t i = 0; i < n; ++i) {
-                const float v = load(xp, i);
-                store(yp, i, 0.5f * v * one_plus_erf(v * kSqrt1_2));
-            }
-        }
-    });
+    const HostKernels& k = host_kernels();
+    py::gil_scoped_release nogil;
+    k.gelu_fwd(dt, x.data(), y.mutable_data(), n, tanh_approx);
 }
 
 void gelu_bwd(py::array dy, py::array x, py::array dx, bool tanh_approx) {
@@ -120,30 +68,9 @@ void gelu_bwd(py::array dy, py::array x, py::array dx, bool tanh_approx) {
     check_input(dy, dt, op, "grad");
     if (dy.size() != x.size()) throw std::invalid_argument("gelu_backward: grad and x differ in size");
     const int64_t n = x.size();
-    dispatch(dt, [&](auto tag) {
-        using T = decltype(tag);
-        const T* xp = cptr<T>(x);
-        const T* gp = cptr<T>(dy);
-        T* dp = mptr<T>(dx);
-        py::gil_scoped_release nogil;
-        if (tanh_approx) {
-#pragma omp parallel for simd schedule(guided)
-            for (int64_t i = 0; i < n; ++i) {
-                const float v = load(xp, i);
-                // with s = sigmoid(2u): 0.5(1 + tanh u) = s and 0.5(1 - tanh^2 u) = 2s(1 - s)
-                const float s = sigmoid_f(2.0f * kSqrt2_Pi * (v + kGeluC * v * v * v));
-                const float d = s + 2.0f * v * s * (1.0f - s) * kSqrt2_Pi * (1.0f + 3.0f * kGeluC * v * v);
-                store(dp, i, load(gp, i) * d);
-            }
-        } else {
-#pragma omp parallel for simd schedule(guided)
-            for (int64_t i = 0; i < n; ++i) {
-                const float v = load(xp, i);
-                const float d = 0.5f * one_plus_erf(v * kSqrt1_2) + v * kInvSqrt2Pi * exp_f(-0.5f * v * v);
-                store(dp, i, load(gp, i) * d);
-            }
-        }
-    });
+    const HostKernels& k = host_kernels();
+    py::gil_scoped_release nogil;
+    k.gelu_bwd(dt, dy.data(), x.data(), dx.mutable_data(), n, tanh_approx);
 }
 
 }  // namespace

@@ -64,6 +64,7 @@ PYBIND11_MODULE(_C, m) {
     hal::register_softmax(m);
     hal::register_adamw(m);
     hal::register_vision(m);
+    hal::register_isa(m);
     m.def("rms_norm_f32", &rms_norm_f32, py::arg("x"), py::arg("weight"), py::arg("eps") = 1e-6,
           "RMSNorm over the last dimension of a float32 array");
 }

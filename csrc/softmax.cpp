@@ -2,10 +2,10 @@
 // mask: None, bool/uint8 (nonzero = take part, as torch SDPA) or float32 (added), of shape
 // (mask_rows, cols) with row r using mask row r % mask_rows.  Causal is top-left aligned
 // (torch SDPA): row r is query i = r % q_len and sees columns c <= i.  A row with nothing
-// left to attend to comes out all zeros, never NaN.
+// left to attend to comes out all zeros, never NaN.  Argument checks here; the loops are
+// in isa/kernels.h (one copy per instruction set, chosen at run time by isa.cpp).
 #include "common.h"
-
-#include <limits>
+#include "kernel_table.h"
 
 namespace hal {
 namespace {
@@ -40,54 +40,13 @@ void softmax_fwd(py::array x, py::object mask, py::array y, double scale, bool c
                                         shape_str(x));
     }
     const float sc = static_cast<float>(scale);
-    const float ninf = -std::numeric_limits<float>::infinity();
-    dispatch(dt, [&](auto tag) {
-        using T = decltype(tag);
-        const T* xp = cptr<T>(x);
-        T* yp = mptr<T>(y);
-        const uint8_t* mb = mask_kind == 1 ? static_cast<const uint8_t*>(mk.data()) : nullptr;
-        const float* ma = mask_kind == 2 ? static_cast<const float*>(mk.data()) : nullptr;
-        py::gil_scoped_release nogil;
-#pragma omp parallel
-        {
-            std::vector<float> buf(static_cast<size_t>(cols));
-            float* v = buf.data();
-#pragma omp for schedule(guided)
-            for (int64_t r = 0; r < rows; ++r) {
-                const T* xr = xp + r * cols;
-                T* yr = yp + r * cols;
-                const int64_t mr = (r % mrows) * cols;
-                // columns past the causal limit never take part: skip them, write zeros
-                const int64_t limit = causal ? std::min<int64_t>(cols, r % q_len + 1) : cols;
-#pragma omp simd
-                for (int64_t c = 0; c < limit; ++c) v[c] = load(xr, c) * sc;
-                if (mb) {
-                    for (int64_t c = 0; c < limit; ++c)
-                        if (!mb[mr + c]) v[c] = ninf;
-                } else if (ma) {
-#pragma omp simd
-                    for (int64_t c = 0; c < limit; ++c) v[c] += ma[mr + c];
-                }
-                float mx = ninf;
-#pragma omp simd reduction(max : mx)
-                for (int64_t c = 0; c < limit; ++c) mx = std::max(mx, v[c]);
-                if (mx == ninf) {  // nothing to attend to
-                    for (int64_t c = 0; c < cols; ++c) store(yr, c, 0.0f);
-                    continue;
-                }
-                double sum = 0.0;
-#pragma omp simd reduction(+ : sum)
-                for (int64_t c = 0; c < limit; ++c) {
-                    v[c] = exp_f(v[c] - mx);
-                    sum += v[c];
-                }
-                const float inv = static_cast<float>(1.0 / sum);
-#pragma omp simd
-                for (int64_t c = 0; c < limit; ++c) store(yr, c, v[c] * inv);
-                for (int64_t c = limit; c < cols; ++c) store(yr, c, 0.0f);
-            }
-        }
-    });
+    const HostKernels& k = host_kernels();
+    const uint8_t* mb = mask_kind == 1 ? static_cast<const uint8_t*>(mk.data()) : nullptr;
+    const float* ma = mask_kind == 2 ? static_cast<const float*>(mk.data()) : nullptr;
+    // one score row per thread, allocated here so that running out of memory is a MemoryError
+    std::vector<float> scratch(static_cast<size_t>(max_threads()) * static_cast<size_t>(cols));
+    py::gil_scoped_release nogil;
+    k.softmax_fwd(dt, x.data(), mb, ma, mrows, y.mutable_data(), rows, cols, sc, causal, q_len, scratch.data());
 }
 
 // dx = scale * y * (dy - sum(dy * y))
@@ -102,25 +61,9 @@ void softmax_bwd(py::array dy, py::array y, py::array dx, double scale) {
     check_output(dx, dt, op, "grad_x");
     check_shape(dx, {rows, cols}, op, "grad_x");
     const float sc = static_cast<float>(scale);
-    dispatch(dt, [&](auto tag) {
-        using T = decltype(tag);
-        const T* gp = cptr<T>(dy);
-        const T* yp = cptr<T>(y);
-        T* dp = mptr<T>(dx);
-        py::gil_scoped_release nogil;
-#pragma omp parallel for schedule(guided)
-        for (int64_t r = 0; r < rows; ++r) {
-            const T* gr = gp + r * cols;
-            const T* yr = yp + r * cols;
-            T* dr = dp + r * cols;
-            double dot = 0.0;
-#pragma omp simd reduction(+ : dot)
-            for (int64_t c = 0; c < cols; ++c) dot += static_cast<double>(load(gr, c)) * load(yr, c);
-            const float d = static_cast<float>(dot);
-#pragma omp simd
-            for (int64_t c = 0; c < cols; ++c) store(dr, c, sc * load(yr, c) * (load(gr, c) - d));
-        }
-    });
+    const HostKernels& k = host_kernels();
+    py::gil_scoped_release nogil;
+    k.softmax_bwd(dt, dy.data(), y.data(), dx.mutable_data(), rows, cols, sc);
 }
 
 }  // namespace

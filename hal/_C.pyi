@@ -11,6 +11,11 @@ import numpy as np
 __version__: str
 
 def openmp_threads() -> int: ...
+
+# isa.cpp: the instruction set of the swiglu/gelu/softmax kernels (baseline, avx2, avx512)
+def isa() -> str: ...  # RuntimeError when HAL_HOST_ISA names one this CPU/build cannot run
+def isas() -> List[str]: ...  # usable here, widest first
+def set_isa(name: str) -> None: ...  # '' = the widest usable; RuntimeError as isa()
 def rms_norm_f32(x: np.ndarray, weight: np.ndarray, eps: float = 1e-6) -> np.ndarray: ...
 
 # norms.cpp

@@ -34,7 +34,8 @@ def run(args) -> int:
     color = use_color()
     print(f"backend {rep['backend']} (device type {rep['device_type']}, {rep['status']})")
     if rep["native_available"]:
-        print(f"host kernels hal._C: built, {rep['openmp_threads']} OpenMP threads")
+        print(f"host kernels hal._C: built, {rep['openmp_threads']} OpenMP threads, "
+              f"ISA {rep['host_isa']} (HAL_HOST_ISA=baseline|avx2|avx512 to force one)")
     else:
         print(paint(f"host kernels hal._C: unavailable: {rep['native_error']}", "yellow", color))
     if rep["plugin_error"]:

@@ -38,8 +38,12 @@ def report(backend: Optional[str] = None) -> dict:
     try:
         C = host.native()
         native, native_error, threads = True, None, C.openmp_threads()
+        try:  # the instruction set of the swiglu/gelu/softmax kernels (HAL_HOST_ISA may refuse)
+            isa = C.isa()
+        except RuntimeError as exc:
+            isa = f"unusable: {exc}"
     except _dispatch.KernelUnsupported as exc:
-        native, native_error, threads = False, str(exc), 0
+        native, native_error, threads, isa = False, str(exc), 0, None
     ops = []
     for op in PUBLIC_OPS:
         kernel = declared.get(op)
@@ -52,4 +56,4 @@ def report(backend: Optional[str] = None) -> dict:
     return {"schema": "hal.ops/1", "backend": cand.name, "device_type": cand.spec.device_type,
             "status": cand.status.value,
             "plugin_error": declared.get("__error__"), "native_available": native, "native_error": native_error,
-            "openmp_threads": threads, "ops": ops, "stats": _dispatch.stats()}
+            "openmp_threads": threads, "host_isa": isa, "ops": ops, "stats": _dispatch.stats()}
