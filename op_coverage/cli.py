@@ -113,12 +113,14 @@ def _cmd_scan(a) -> int:
     text = render(report, fmt, color=color, width=a.width)
     if a.output:
         from hal._io import atomic_write as write_atomic
+
+        from .errors import OutputNotWritable
         try:
             write_atomic(a.output, text)
         except OSError as e:
             print(f"op_coverage: error: cannot write {a.output}: {e.strerror or e}; choose a writable path",
                   file=sys.stderr)
-            return 17
+            return OutputNotWritable.exit_code
     else:
         sys.stdout.write(text)
     return report.exit_code(a.fail_on)

@@ -98,7 +98,8 @@ def _print_plan(res, target: str) -> None:
 
 def run(a) -> int:
     """Run ``op_coverage rewrite``; returns the exit code."""
-    from .rewrite import VerifyFailed, rewrite
+    from .errors import VerifyFailed
+    from .rewrite import rewrite
     if a.plan_only:
         return _plan_only(a)
     if not a.output:

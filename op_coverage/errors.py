@@ -62,3 +62,25 @@ class UnknownTarget(ScanError):
 
     exit_code = 16
     kind = "unknown-target"
+
+
+# -- op_coverage rewrite --------------------------------------------------------------------
+class RewriteFailed(ScanError):
+    """The rewritten model fails onnx.checker / shape inference; nothing was written."""
+
+    exit_code = 6
+    kind = "check-failed"
+
+
+class OutputNotWritable(ScanError):
+    """The ``-o`` path cannot be written."""
+
+    exit_code = 17
+    kind = "not-writable"
+
+
+class VerifyFailed(ScanError):
+    """Outputs changed beyond tolerance; nothing was written."""
+
+    exit_code = 5
+    kind = "verify-failed"

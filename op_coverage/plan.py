@@ -90,6 +90,15 @@ def node_info(node: onnx.NodeProto, env: Env, path: str = "main") -> NodeInfo:
                     typed_inputs=_typed_inputs(schema, len(node.input)))
 
 
+def _record_tensor_type(env: Env, name: str, tt: onnx.TypeProto.Tensor) -> None:
+    """Note a value's dtype and (partly symbolic) shape in ``env``."""
+    d = dtype_name(tt.elem_type)
+    if d:
+        env.types[name] = d
+    if tt.HasField("shape"):
+        env.shapes[name] = [x.dim_value if x.HasField("dim_value") else (x.dim_param or None) for x in tt.shape.dim]
+
+
 def infer_into(nodes: list, env: Env) -> None:
     """Run onnx shape inference over *nodes* alone and record the types/shapes of their outputs."""
     produced = {o for n in nodes for o in n.output if o}
@@ -115,15 +124,8 @@ def infer_into(nodes: list, env: Env) -> None:
     except Exception:  # noqa: BLE001 - types stay unknown; rules that need them decline
         return
     for vi in list(inferred.graph.value_info) + list(inferred.graph.output):
-        tt = vi.type.tensor_type if vi.type.HasField("tensor_type") else None
-        if tt is None or vi.name not in produced:
-            continue
-        d = dtype_name(tt.elem_type)
-        if d:
-            env.types[vi.name] = d
-        if tt.HasField("shape"):
-            env.shapes[vi.name] = [x.dim_value if x.HasField("dim_value") else (x.dim_param or None)
-                                   for x in tt.shape.dim]
+        if vi.type.HasField("tensor_type") and vi.name in produced:
+            _record_tensor_type(env, vi.name, vi.type.tensor_type)
     # subgraphs (a Loop brought in by an expansion): keep what inference learnt about their values
     for n, inf in zip(nodes, inferred.graph.node):
         for a, ia in zip(n.attribute, inf.attribute):
@@ -312,15 +314,8 @@ def scope_env(graph, outer: Env | None, opsets: dict) -> Env:
     env = outer.child() if outer is not None else Env(opsets=opsets)
     env.opsets = opsets
     for vi in list(graph.input) + list(graph.value_info) + list(graph.output):
-        if isinstance(vi, str) or not vi.type.HasField("tensor_type"):
-            continue
-        tt = vi.type.tensor_type
-        d = dtype_name(tt.elem_type)
-        if d:
-            env.types[vi.name] = d
-        if tt.HasField("shape"):
-            env.shapes[vi.name] = [x.dim_value if x.HasField("dim_value") else (x.dim_param or None)
-                                   for x in tt.shape.dim]
+        if not isinstance(vi, str) and vi.type.HasField("tensor_type"):
+            _record_tensor_type(env, vi.name, vi.type.tensor_type)
     for t in getattr(graph, "initializer", ()):
         env.types[t.name] = dtype_name(t.data_type)
         env.shapes[t.name] = list(t.dims)

@@ -15,8 +15,7 @@ from pathlib import Path
 
 import onnx
 
-from .errors import ModelNotFound, ScanError, UnknownTarget
-
+from .errors import ModelNotFound, OutputNotWritable, RewriteFailed, UnknownTarget, VerifyFailed
 from .inventory import norm_domain
 from .plan import Env, NodePlan, Planner, name_generator, scope_env
 from .profile import SupportProfile
@@ -133,27 +132,6 @@ def _function_env(f: onnx.FunctionProto, sites: list, opsets: dict) -> Env:
 
 
 # -- the library call behind ``op_coverage rewrite`` --------------------------------------------
-class RewriteFailed(ScanError):
-    """The rewritten model fails onnx.checker / shape inference; nothing was written."""
-
-    exit_code = 6
-    kind = "check-failed"
-
-
-class OutputNotWritable(ScanError):
-    """The ``-o`` path cannot be written."""
-
-    exit_code = 17
-    kind = "not-writable"
-
-
-class VerifyFailed(ScanError):
-    """Outputs changed beyond tolerance; nothing was written."""
-
-    exit_code = 5
-    kind = "verify-failed"
-
-
 @dataclass
 class RewriteReport:
     """Everything ``op_coverage rewrite`` reports: plan, checks, verification, rescan."""
