@@ -13,7 +13,7 @@ from __future__ import annotations
 import datetime
 import re
 import warnings
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, Optional, Sequence, Tuple
 
 import torch
 import torch.nn.functional as F

@@ -17,8 +17,8 @@ import importlib
 import os
 import threading
 import traceback
-from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Tuple
+from dataclasses import dataclass
+from typing import List, Optional, Tuple
 
 import pluggy
 

@@ -162,9 +162,9 @@ def run(a_or_ops=None, base_name: str = "ort-cpu") -> list[CaseResult]:
     out = []
     todo = [c for c in node_cases() if case_op(c) is not None and applicable(*case_op(c))
             and (not ops or case_op(c)[1] in ops)]
-    if sys.stderr.isatty() and len(todo) > 20:
-        from tqdm import tqdm
-        todo = tqdm(todo, desc="conformance", unit="case", leave=False)
+    from hal.cli._term import progress
+
+    todo = progress(todo, "conformance", "case", min_items=21)
     for case in todo:
         with warnings.catch_warnings(), np.errstate(all="ignore"):
             warnings.simplefilter("ignore")

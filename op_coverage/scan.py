@@ -2,13 +2,12 @@
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 from typing import Iterable
 
 from . import __version__
 from .errors import ModelNotFound, ScanError
-from .inventory import Inventory, NodeInfo, build_inventory
+from .inventory import Inventory, build_inventory
 from .load import LoadedModel, load_for_scan
 from .profile import RANK, SupportProfile, Verdict
 from .report.model import ModelReport, OpRow, Report, TargetSummary, merge_verdicts
@@ -16,12 +15,9 @@ from .targets import TargetSet, load_targets
 
 
 def _progress(iterable, total: int, desc: str, enabled: bool | None):
-    if enabled is None:
-        enabled = sys.stderr.isatty()
-    if not enabled or total < 2:
-        return iterable
-    from tqdm import tqdm
-    return tqdm(iterable, total=total, desc=desc, unit="model" if desc == "scan" else "op", leave=False)
+    from hal.cli._term import progress
+
+    return progress(iterable, desc, "model" if desc == "scan" else "op", enabled=enabled, total=total)
 
 
 def _judge_all(inv: Inventory, profile: SupportProfile) -> list[Verdict]:

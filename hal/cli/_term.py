@@ -41,3 +41,20 @@ def table(rows: Sequence[Sequence[str]], header: Sequence[str], widths: List[int
     for r in rows:
         lines.append("  ".join(cut(c, w).ljust(w) for c, w in zip(r, widths)).rstrip())
     return "\n".join(lines)
+
+
+def progress(iterable, desc: str, unit: str, enabled=None, total=None, min_items: int = 2):
+    """``iterable`` wrapped in a tqdm bar on stderr, only for a person watching a terminal.
+
+    ``enabled=None`` means: when stderr is a TTY.  Short work (fewer than ``min_items``) gets
+    no bar.
+    """
+    if enabled is None:
+        enabled = sys.stderr.isatty()
+    if total is None and hasattr(iterable, "__len__"):
+        total = len(iterable)
+    if not enabled or (total is not None and total < min_items):
+        return iterable
+    from tqdm import tqdm
+
+    return tqdm(iterable, total=total, desc=desc, unit=unit, leave=False, file=sys.stderr)

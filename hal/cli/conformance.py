@@ -6,7 +6,7 @@ import json
 import sys
 
 from hal._io import atomic_write
-from hal.cli._term import paint, print_json, table, use_color
+from hal.cli._term import paint, print_json, progress, table, use_color
 
 EPILOG = """\
 examples:
@@ -49,12 +49,9 @@ def run(args) -> int:
     if not name:
         from hal.registry import get_registry
         name = get_registry().selected().name
-    progress = None
-    if sys.stderr.isatty() and not args.json:
-        from tqdm import tqdm
-        progress = lambda it: tqdm(it, desc=f"conformance {name}", unit="check", file=sys.stderr)  # noqa: E731
+    bar = None if args.json else (lambda it: progress(it, f"conformance {name}", "check"))
     try:
-        report = run_conformance(name, only=_ids(args.only) or None, skip=_ids(args.skip), progress=progress)
+        report = run_conformance(name, only=_ids(args.only) or None, skip=_ids(args.skip), progress=bar)
     except ValueError as exc:
         print(f"hal conformance: error: {exc}", file=sys.stderr)
         return 2

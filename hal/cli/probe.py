@@ -6,7 +6,7 @@ import json
 import sys
 
 from hal._io import atomic_write
-from hal.cli._term import paint, print_json, table, use_color
+from hal.cli._term import paint, print_json, progress, table, use_color
 
 EPILOG = """\
 examples:
@@ -39,12 +39,9 @@ def run(args) -> int:
         print("\n".join(CASES))
         return 0
     names = [n.strip() for n in args.ops.split(",") if n.strip()] if args.ops else None
-    progress = None
-    if sys.stderr.isatty() and not args.json:
-        from tqdm import tqdm
-        progress = lambda it: tqdm(it, desc="hal probe", unit="op", file=sys.stderr)  # noqa: E731
+    bar = None if args.json else (lambda it: progress(it, "hal probe", "op"))
     try:
-        prof = probe_ops(selected_backend(), names, progress)
+        prof = probe_ops(selected_backend(), names, bar)
     except ValueError as exc:
         print(f"hal probe: error: {exc}", file=sys.stderr)
         return 2

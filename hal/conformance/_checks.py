@@ -9,10 +9,9 @@ import os
 import socket
 import subprocess
 import sys
-import tempfile
 import warnings
-from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional, Tuple
+from dataclasses import dataclass
+from typing import Callable, Dict, Optional, Tuple
 
 import torch
 

@@ -7,7 +7,6 @@ gloo on the host tensors behind the emulated ones — in place, without copies.
 """
 from __future__ import annotations
 
-import torch
 import torch.distributed as dist
 
 from hal.emu._tensor import DEVICE_TYPE, unwrap

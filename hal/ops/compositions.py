@@ -8,7 +8,7 @@ device nor the host has a fused kernel.
 from __future__ import annotations
 
 import math
-from typing import List, Optional, Sequence
+from typing import List, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -193,7 +193,7 @@ def _sample_axis(start, bin_size, pooled, grid, size, device, dtype):
 
 
 def roi_align(input, boxes, spatial_scale, pooled_height, pooled_width, sampling_ratio, aligned):
-    K, (N, C, H, W) = boxes.shape[0], input.shape
+    K, (_, C, H, W) = boxes.shape[0], input.shape
     out = input.new_zeros(K, C, pooled_height, pooled_width)
     dt = _up(input).dtype
     for k, roi in enumerate(boxes.detach().double().cpu().tolist()):

@@ -3,12 +3,12 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from typing import Any, Callable, List, Optional, Tuple
+from typing import Any, Callable, List, Tuple
 
 import torch
 from torch.overrides import TorchFunctionMode
 
-from hal._errors import HalError, NotSupported
+from hal._errors import NotSupported
 from hal.transfer._log import TransferLog
 
 #: torch.cuda functions mapped onto the backend's device facet (name -> facet method)
