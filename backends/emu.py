@@ -5,7 +5,7 @@ load that registers the device with PyTorch, and the collective registered as an
 out-of-tree c10d backend, as vendor CCLs are.
 """
 from hal import __version__
-from hal._errors import NoDevice, NotSupported
+from hal._errors import NoDevice
 from hal.backend import Backend
 from hal.plugin import hookimpl
 from hal.plugin_kit import VendorPlugin
@@ -19,9 +19,10 @@ class EmuBackend(Backend):
     def runtime_version(self):
         return f"hal-emu {__version__}"
 
-    def pin_memory(self, tensor):
-        raise NotSupported(self.name, "pin_memory", "emulated device memory is host memory; "
-                           "use the host tensor as it is")
+    def supported_dtypes(self):
+        from hal.emu import uncounted
+        with uncounted():  # hal's own check, never part of the user's fallback report
+            return super().supported_dtypes()
 
 
 class EmuPlugin(VendorPlugin):

@@ -1,8 +1,11 @@
 """The emulated accelerator: a PyTorch device ``emu`` backed by host memory.
 
-Opt-in (``HAL_BACKEND=emu``).  It makes the non-CUDA path — PrivateUse1 device renaming,
-the device module, RNG, streams, an out-of-tree c10d backend, op fallbacks — runnable on
-a machine without accelerators, and it is the reference a vendor plugin author copies::
+Opt-in (``HAL_BACKEND=emu``).  A C++ device registered on ``PrivateUse1`` the way vendor
+extensions register theirs (allocator, device guard with ``HAL_EMU_DEVICES`` devices,
+streams, events, generators, hooks, autocast), so the non-CUDA path — device renaming,
+the device module, RNG, serialization, pinned memory, an out-of-tree c10d backend, op
+fallbacks — runs on a machine without accelerators.  It is the reference a vendor plugin
+author copies::
 
     HAL_BACKEND=emu python train.py     # hal.device() is torch.device("emu", 0)
 
@@ -11,11 +14,10 @@ a machine without accelerators, and it is the reference a vendor plugin author c
     hal.fallback_report()               # ops that ran outside the native op set
 """
 from hal import __version__  # the emulator ships with hal
-from hal.emu._device import install, is_installed, privateuse1_owner
-from hal.emu._dispatch import FallbackWarning, fallback_report, reset_fallback_report
+from hal.emu._device import DEVICE_TYPE, install, is_installed, privateuse1_owner
+from hal.emu._dispatch import FallbackWarning, fallback_report, reset_fallback_report, uncounted
 from hal.emu._profile import native_packets, profile
-from hal.emu._tensor import DEVICE_TYPE, EmuTensor
 
-__all__ = ["__version__", "DEVICE_TYPE", "EmuTensor", "FallbackWarning", "fallback_report", "install",
+__all__ = ["__version__", "DEVICE_TYPE", "FallbackWarning", "fallback_report", "install",
            "is_installed", "native_packets", "privateuse1_owner", "profile",
-           "reset_fallback_report"]
+           "reset_fallback_report", "uncounted"]

@@ -1,42 +1,53 @@
 """``torch.emu``: the device module of the emulated accelerator.
 
-Mirrors the parts of ``torch.cuda`` that training code and hal use: device count and
-selection, synchronize, streams and events, memory statistics, RNG state, amp dtypes.
-Work is synchronous (every op completes before it returns), so streams and events order
-trivially; events still record wall time for ``elapsed_time``.
+Mirrors the parts of ``torch.cuda`` that training code and torch itself use: device count
+and selection, synchronize, streams and events, memory statistics, RNG state, amp dtypes.
+Devices, streams, events and generators are the C++ ones registered with torch (device
+guard, ``PrivateUse1`` hooks), so ``torch.Stream("emu")``, ``torch.Event``,
+``torch.Generator(device="emu")`` and ``torch.accelerator`` see the same objects.  Work is
+synchronous (every op completes before it returns): streams order trivially, events record
+wall time for ``elapsed_time``.
 """
 from __future__ import annotations
 
 import contextlib
 import os
-import time
-from typing import List, Optional
+from typing import Any, List, Optional, Union
 
 import torch
 
-from hal.emu._tensor import ALLOCATOR, DEVICE_TYPE
+from hal.emu._build import load
 
-_generator = torch.Generator()
-_generator.manual_seed(torch.initial_seed())
+DEVICE_TYPE = "emu"
+_C = load()
+#: the default generator of each emulated device, as torch.cuda.default_generators
+default_generators = _C.default_generators()
+
+_DeviceLike = Union[int, str, torch.device, None]
+#: c10::DeviceType::PrivateUse1, as torch.Stream(device_type=...) takes it
+_PRIVATEUSE1 = 20
 
 
-def default_generator() -> torch.Generator:
-    """The generator random ops on the emulated device draw from."""
-    return _generator
-
-
-def _check_index(device) -> int:
-    if device is None:
-        return 0
-    if isinstance(device, (str, torch.device)):
+def _index(device: _DeviceLike = None, optional: bool = True) -> int:
+    if device is None or device == -1:
+        return _C.current_device()
+    if isinstance(device, str):
         device = torch.device(device)
+    if isinstance(device, torch.device):
         if device.type != DEVICE_TYPE:
             raise ValueError(f"emu: expected an {DEVICE_TYPE} device, got {device}")
-        device = device.index or 0
-    if int(device) not in (-1, 0):
-        raise ValueError(f"emu: device index {device} out of range; the emulated accelerator "
-                         f"has one device per process (0)")
-    return 0
+        return _C.current_device() if device.index is None else device.index
+    index = int(device)
+    if not 0 <= index < _C.device_count():
+        raise ValueError(f"emu: device index {index} is out of range; this process has "
+                         f"{_C.device_count()} emulated devices (0..{_C.device_count() - 1}), set by HAL_EMU_DEVICES")
+    return index
+
+
+class _utils:  # noqa: N801 - torch.serialization looks for device_module._utils._get_device_index
+    @staticmethod
+    def _get_device_index(device: _DeviceLike, optional: bool = False) -> int:
+        return _index(device, optional)
 
 
 def is_available() -> bool:
@@ -55,32 +66,83 @@ def _lazy_init() -> None:
     pass
 
 
+def init() -> None:
+    pass
+
+
 def device_count() -> int:
-    """Always 1: each process sees one emulated device (as with CUDA_VISIBLE_DEVICES=<rank>)."""
-    return 1
+    """Number of emulated devices (``HAL_EMU_DEVICES``, default 8, like one node)."""
+    return _C.device_count()
 
 
 def current_device() -> int:
-    return 0
+    return _C.current_device()
 
 
-def set_device(device) -> None:
-    _check_index(device)
+def set_device(device: _DeviceLike) -> None:
+    index = _index(device)
+    if index >= 0:
+        _C.set_device(index)
 
 
-def get_device_name(device=None) -> str:
-    _check_index(device)
-    return "hal emulated accelerator (host memory)"
+class device:  # noqa: N801 - mirrors torch.cuda.device
+    """Context manager that makes ``device`` current inside the block."""
+
+    def __init__(self, device: _DeviceLike):
+        self.idx = -1 if device is None else _index(device)
+        self.prev_idx = -1
+
+    def __enter__(self):
+        self.prev_idx = _C.current_device()
+        if self.idx >= 0:
+            _C.set_device(self.idx)
+
+    def __exit__(self, *exc: Any):
+        if self.idx >= 0:
+            _C.set_device(self.prev_idx)
+        return False
 
 
-def get_device_capability(device=None):
-    _check_index(device)
+class device_of(device):  # noqa: N801
+    """Context manager that makes the device of tensor ``obj`` current."""
+
+    def __init__(self, obj: torch.Tensor):
+        super().__init__(obj.get_device() if obj.device.type == DEVICE_TYPE else -1)
+
+
+def get_device_name(device: _DeviceLike = None) -> str:
+    return f"hal emulated accelerator {_index(device)} (host memory)"
+
+
+def get_device_capability(device: _DeviceLike = None):
+    _index(device)
     return (1, 0)
 
 
-def synchronize(device=None) -> None:
+class _Properties:
+    """What ``get_device_properties`` answers (the fields training scripts print)."""
+
+    def __init__(self, index: int):
+        self.name = get_device_name(index)
+        self.total_memory = mem_get_info(index)[1]
+        self.major, self.minor = get_device_capability(index)
+        self.multi_processor_count = os.cpu_count() or 1
+        self.is_integrated = True
+        self.index = index
+
+    def __repr__(self):
+        return (f"_EmuDeviceProperties(name='{self.name}', major={self.major}, minor={self.minor}, "
+                f"total_memory={self.total_memory // (1024 * 1024)}MB, "
+                f"multi_processor_count={self.multi_processor_count})")
+
+
+def get_device_properties(device: _DeviceLike = None) -> _Properties:
+    return _Properties(_index(device))
+
+
+def synchronize(device: _DeviceLike = None) -> None:
     """Nothing to wait for: emulated ops complete before they return."""
-    _check_index(device)
+    _index(device)
 
 
 def get_amp_supported_dtype() -> List[torch.dtype]:
@@ -91,164 +153,131 @@ def is_bf16_supported(including_emulation: bool = True) -> bool:
     return True
 
 
-# -- streams and events -----------------------------------------------------------------
-class Event:
-    """An event on the emulated device; ``elapsed_time`` is wall time in milliseconds."""
+# -- streams and events -------------------------------------------------------------------
+class Stream(torch.Stream):
+    """A stream of an emulated device (``torch.Stream`` on ``emu``)."""
 
-    def __init__(self, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False):
-        self.enable_timing = enable_timing
-        self._t: Optional[float] = None
+    def __new__(cls, device: _DeviceLike = None, priority: int = 0, **kwargs):
+        return super().__new__(cls, device=torch.device(DEVICE_TYPE, _index(device)), priority=priority)
 
-    def record(self, stream=None) -> None:
-        self._t = time.perf_counter()
-
-    def wait(self, stream=None) -> None:
+    def __init__(self, device: _DeviceLike = None, priority: int = 0, **kwargs):
         pass
 
-    def query(self) -> bool:
-        return True
 
-    def synchronize(self) -> None:
-        pass
-
-    def elapsed_time(self, end_event: "Event") -> float:
-        if not (self.enable_timing and end_event.enable_timing):
-            raise RuntimeError("emu: both events need enable_timing=True for elapsed_time")
-        if self._t is None or end_event._t is None:
-            raise RuntimeError("emu: record both events before elapsed_time")
-        return (end_event._t - self._t) * 1000.0
+class _EventType(type):
+    def __instancecheck__(cls, obj) -> bool:
+        return isinstance(obj, torch.Event) and obj.device.type == DEVICE_TYPE
 
 
-class Stream:
-    """A stream on the emulated device (work is synchronous, so streams never overlap)."""
+class Event(metaclass=_EventType):
+    """An event of an emulated device (a ``torch.Event`` on ``emu``); ``elapsed_time`` is wall
+    time in milliseconds.  torch compares events by their exact type, so this returns the
+    ``torch.Event`` itself."""
 
-    def __init__(self, device=None, priority: int = 0, **kwargs):
-        _check_index(device)
-        self.device = torch.device(DEVICE_TYPE, 0)
-        self.priority = priority
-
-    def query(self) -> bool:
-        return True
-
-    def synchronize(self) -> None:
-        pass
-
-    def wait_stream(self, stream) -> None:
-        pass
-
-    def wait_event(self, event) -> None:
-        pass
-
-    def record_event(self, event: Optional[Event] = None) -> Event:
-        event = event or Event()
-        event.record(self)
-        return event
-
-    def __eq__(self, other):
-        return self is other
-
-    __hash__ = object.__hash__
+    def __new__(cls, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False):
+        return torch.Event(device=torch.device(DEVICE_TYPE, _C.current_device()),
+                           enable_timing=enable_timing, blocking=blocking, interprocess=interprocess)
 
 
-_default_stream: Optional[Stream] = None
-_current: List[Stream] = []
+def current_stream(device: _DeviceLike = None) -> torch.Stream:
+    return torch.accelerator.current_stream(_index(device))
 
 
-def current_stream(device=None) -> Stream:
-    _check_index(device)
-    return _current[-1] if _current else default_stream()
+def default_stream(device: _DeviceLike = None) -> torch.Stream:
+    """The default stream (id 0) of ``device``."""
+    return torch.Stream(stream_id=0, device_index=_index(device), device_type=_PRIVATEUSE1)
 
 
-def default_stream(device=None) -> Stream:
-    global _default_stream
-    _check_index(device)
-    if _default_stream is None:
-        _default_stream = Stream()
-    return _default_stream
+def set_stream(stream: torch.Stream) -> None:
+    if stream is not None:
+        torch.accelerator.set_stream(stream)
 
 
 @contextlib.contextmanager
-def stream(s: Optional[Stream]):
-    """Make ``s`` the current stream inside the block."""
+def stream(s: Optional[torch.Stream]):
+    """Make ``s`` the current stream of its device inside the block."""
     if s is None:
         yield
         return
-    _current.append(s)
+    prev = torch.accelerator.current_stream(s.device_index)
+    torch.accelerator.set_stream(s)
     try:
         yield
     finally:
-        _current.pop()
+        torch.accelerator.set_stream(prev)
 
 
-# -- memory -----------------------------------------------------------------------------
-def memory_allocated(device=None) -> int:
-    _check_index(device)
-    return ALLOCATOR.stats()["allocated_bytes.all.current"]
+# -- memory -------------------------------------------------------------------------------
+def memory_stats(device: _DeviceLike = None) -> dict:
+    return dict(_C.memory_stats(_index(device)))
 
 
-def max_memory_allocated(device=None) -> int:
-    _check_index(device)
-    return ALLOCATOR.stats()["allocated_bytes.all.peak"]
+def memory_allocated(device: _DeviceLike = None) -> int:
+    return _C.memory_stats(_index(device))["allocated_bytes.all.current"]
+
+
+def max_memory_allocated(device: _DeviceLike = None) -> int:
+    return _C.memory_stats(_index(device))["allocated_bytes.all.peak"]
 
 
 memory_reserved = memory_allocated
 max_memory_reserved = max_memory_allocated
 
 
-def memory_stats(device=None) -> dict:
-    _check_index(device)
-    return ALLOCATOR.stats()
+def reset_peak_memory_stats(device: _DeviceLike = None) -> None:
+    _C.reset_peak(_index(device))
 
 
-def reset_peak_memory_stats(device=None) -> None:
-    _check_index(device)
-    ALLOCATOR.reset_peak()
+reset_max_memory_allocated = reset_peak_memory_stats
 
 
 def empty_cache() -> None:
-    """Nothing cached: emulated memory is returned to the host when a tensor dies."""
+    """Nothing cached: emulated memory returns to the host when the last tensor using it dies."""
 
 
-def mem_get_info(device=None):
+def mem_get_info(device: _DeviceLike = None):
     """``(free, total)`` host bytes, since emulated memory is host memory."""
-    _check_index(device)
-    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    free = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
-    return free, total
+    _index(device)
+    page = os.sysconf("SC_PAGE_SIZE")
+    return page * os.sysconf("SC_AVPHYS_PAGES"), page * os.sysconf("SC_PHYS_PAGES")
 
 
-# -- RNG --------------------------------------------------------------------------------
+# -- RNG ----------------------------------------------------------------------------------
 def manual_seed(seed: int) -> None:
-    _generator.manual_seed(int(seed))
+    """Seed the current device's generator."""
+    default_generators[_C.current_device()].manual_seed(int(seed))
 
 
-manual_seed_all = manual_seed
+def manual_seed_all(seed: int) -> None:
+    for g in default_generators:
+        g.manual_seed(int(seed))
 
 
 def seed() -> None:
-    _generator.seed()
+    default_generators[_C.current_device()].seed()
 
 
-seed_all = seed
+def seed_all() -> None:
+    for g in default_generators:
+        g.seed()
 
 
 def initial_seed() -> int:
-    return int(_generator.initial_seed())
+    return int(default_generators[_C.current_device()].initial_seed())
 
 
-def get_rng_state(device=None) -> torch.Tensor:
-    _check_index(device)
-    return _generator.get_state()
+def get_rng_state(device: _DeviceLike = None) -> torch.Tensor:
+    return default_generators[_index(device)].get_state()
 
 
-def set_rng_state(new_state: torch.Tensor, device=None) -> None:
-    _check_index(device)
-    _generator.set_state(new_state.cpu() if new_state.device.type != "cpu" else new_state)
+def set_rng_state(new_state: torch.Tensor, device: _DeviceLike = None) -> None:
+    default_generators[_index(device)].set_state(new_state.cpu() if new_state.device.type != "cpu" else new_state)
 
 
 def get_rng_state_all() -> List[torch.Tensor]:
-    return [get_rng_state()]
+    return [g.get_state() for g in default_generators]
 
 
 def set_rng_state_all(new_states) -> None:
-    set_rng_state(list(new_states)[0])
+    for g, state in zip(default_generators, new_states):
+        g.set_state(state)

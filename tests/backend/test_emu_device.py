@@ -108,19 +108,31 @@ def test_events_time_work_and_streams_nest():
     s = torch.emu.Stream()
     start, end = torch.emu.Event(enable_timing=True), torch.emu.Event(enable_timing=True)
     with torch.emu.stream(s):
-        assert torch.emu.current_stream() is s
+        assert torch.emu.current_stream() == s  # equal, not the same object, as on CUDA
         start.record()
         torch.randn(64, 64, device="emu") @ torch.randn(64, 64, device="emu")
         end.record()
-    assert torch.emu.current_stream() is torch.emu.default_stream()
+    assert torch.emu.current_stream() == torch.emu.default_stream()
     torch.emu.synchronize()
     assert end.query() and start.elapsed_time(end) >= 0.0
 
 
-def test_one_device_per_process_and_clear_error_beyond_it():
-    assert torch.emu.device_count() == 1
-    with pytest.raises(ValueError, match="one device per process"):
-        torch.emu.set_device(1)
+def test_a_node_of_devices_and_a_clear_error_beyond_it():
+    # HAL_EMU_DEVICES (default 8, like one node): DDP scripts gate on device_count() >= N
+    assert torch.emu.device_count() == torch.accelerator.device_count() == 8
+    torch.emu.set_device(3)
+    try:
+        x = torch.ones(2, device="emu")
+        assert x.device == torch.device("emu", 3)
+        with torch.emu.device(5):
+            assert torch.zeros(1, device="emu").device.index == 5
+        assert torch.emu.current_device() == 3
+    finally:
+        torch.emu.set_device(0)
+    with pytest.raises(ValueError, match="out of range.*HAL_EMU_DEVICES"):
+        torch.emu.set_device(8)
+    with pytest.raises(RuntimeError, match="emu:0 and emu:1"):
+        torch.ones(2, device="emu:0") + torch.ones(2, device="emu:1")
 
 
 def test_training_steps_match_the_cpu_bit_for_bit():

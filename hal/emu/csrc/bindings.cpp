@@ -1,0 +1,85 @@
+// The Python module of the emulated accelerator (hal_emu_C): what hal.emu needs from C++.
+#include <torch/csrc/Generator.h>
+#include <torch/csrc/jit/python/pybind_utils.h>
+#include <torch/extension.h>
+
+#include "emu.h"
+
+namespace py = pybind11;
+
+namespace {
+
+py::dict memory_stats(int index) {
+  auto& s = hal_emu::stats(static_cast<c10::DeviceIndex>(index));
+  py::dict d;
+  int64_t allocated = s.allocated.load(), peak = s.peak.load();
+  d["allocated_bytes.all.current"] = allocated;
+  d["allocated_bytes.all.peak"] = peak;
+  d["reserved_bytes.all.current"] = allocated;
+  d["reserved_bytes.all.peak"] = peak;
+  d["allocation.all.allocated"] = s.num_alloc.load();
+  d["allocation.all.freed"] = s.num_free.load();
+  d["active.all.current"] = s.active.load();
+  d["num_alloc_retries"] = 0;
+  d["num_ooms"] = 0;
+  return d;
+}
+
+py::tuple default_generators() {
+  int n = hal_emu::device_count();
+  py::tuple out(n);
+  for (int i = 0; i < n; ++i) {
+    PyObject* g = THPGenerator_initDefaultGenerator(hal_emu::default_generator(static_cast<c10::DeviceIndex>(i)));
+    if (g == nullptr) throw py::error_already_set();
+    out[i] = py::reinterpret_steal<py::object>(g);
+  }
+  return out;
+}
+
+void set_fallback_observer(py::object fn) {
+  if (fn.is_none()) {
+    hal_emu::set_fallback_observer(nullptr);
+    return;
+  }
+  // kept for the life of the process: the observer may run while the interpreter shuts down
+  auto* held = new py::object(std::move(fn));
+  hal_emu::set_fallback_observer([held](const std::string& name) {
+    py::gil_scoped_acquire gil;
+    try {
+      (*held)(name);
+    } catch (py::error_already_set& e) {
+      e.discard_as_unraisable("hal.emu fallback observer");
+    }
+  });
+}
+
+py::object run_host(const std::string& name, const std::string& overload, py::args args, py::kwargs kwargs) {
+  auto op = c10::Dispatcher::singleton().findSchemaOrThrow(name.c_str(), overload.c_str());
+  torch::jit::Stack stack = torch::jit::createStackForSchema(op.schema(), args, kwargs, std::nullopt);
+  {
+    py::gil_scoped_release no_gil;
+    hal_emu::host_call(op, &stack, /*count=*/true);
+  }
+  return torch::jit::createPyObjectForStack(std::move(stack));
+}
+
+}  // namespace
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.doc() = "hal emulated accelerator: devices, memory, generators and the op router (C++)";
+  m.def("device_count", &hal_emu::device_count, "number of emulated devices (HAL_EMU_DEVICES)");
+  m.def("current_device", [] { return static_cast<int>(hal_emu::current_device()); });
+  m.def("set_device", [](int index) { hal_emu::set_device(static_cast<c10::DeviceIndex>(index)); });
+  m.def("memory_stats", &memory_stats, "allocator statistics of one device, in torch.cuda's keys");
+  m.def("reset_peak", [](int index) { hal_emu::reset_peak(static_cast<c10::DeviceIndex>(index)); });
+  m.def("default_generators", &default_generators, "the default torch.Generator of each device");
+  m.def("set_native_ops", &hal_emu::set_native_ops, py::arg("packets"), py::arg("all") = false);
+  m.def("host_counts", &hal_emu::host_counts, "(op, count) of every op computed as a host fallback");
+  m.def("reset_host_counts", &hal_emu::reset_host_counts);
+  m.def("set_fallback_observer", &set_fallback_observer, "called with an op name on its first host fallback");
+  m.def("set_counting", &hal_emu::set_counting, "count host fallbacks on this thread; returns the old value");
+  m.def("cpu_alias", &hal_emu::cpu_alias, "a CPU tensor over the bytes of an emu tensor (no copy)");
+  m.def("adopt", [](const at::Tensor& t, int index) { return hal_emu::adopt(t, static_cast<c10::DeviceIndex>(index)); },
+        "an emu tensor over the bytes of a CPU tensor (no copy)");
+  m.def("run_host", &run_host, "run aten op name.overload on the host bytes of its arguments");
+}

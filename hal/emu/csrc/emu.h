@@ -1,0 +1,81 @@
+// The hal emulated accelerator: a PyTorch device on PrivateUse1 whose memory is host memory.
+//
+// runtime.cpp  devices, allocator, streams/events (device guard), generators, hooks
+// kernels.cpp  allocation / view / copy kernels, the op router (native or host), the kernels
+//              torch selects only for non-CPU devices
+// autocast.cpp AutocastPrivateUse1 with CUDA's cast lists
+// bindings.cpp the Python module hal_emu_C
+#pragma once
+
+#include <ATen/ATen.h>
+#include <ATen/core/Generator.h>
+#include <c10/core/Allocator.h>
+#include <c10/core/Device.h>
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace hal_emu {
+
+constexpr int kMaxDevices = 64;
+
+// -- devices ------------------------------------------------------------------------------
+int device_count();                       // HAL_EMU_DEVICES (default 8), fixed at load
+c10::DeviceIndex current_device();
+void set_device(c10::DeviceIndex index);  // checked
+void check_index(int64_t index);
+c10::Device device(c10::DeviceIndex index);
+
+// -- memory -------------------------------------------------------------------------------
+struct DeviceStats {
+  std::atomic<int64_t> allocated{0};
+  std::atomic<int64_t> peak{0};
+  std::atomic<int64_t> num_alloc{0};
+  std::atomic<int64_t> num_free{0};
+  std::atomic<int64_t> active{0};
+};
+DeviceStats& stats(c10::DeviceIndex index);
+void reset_peak(c10::DeviceIndex index);
+c10::Allocator* device_allocator();
+c10::Allocator* pinned_allocator();
+bool is_pinned(const void* ptr);
+
+// a DataPtr on emu device ``index`` that owns ``cpu``'s bytes (zero copy; counted as device memory)
+c10::DataPtr adopt_bytes(c10::Storage cpu, c10::DeviceIndex index);
+// the bytes of ``dp`` (allocated through the alias allocator) re-labelled as emu device memory
+c10::DataPtr relabel(c10::DataPtr&& dp, c10::DeviceIndex index);
+// allocator of CPU aliases: a CPU kernel that resizes an alias gets emu-counted memory
+c10::Allocator* alias_allocator();
+
+// -- generators ---------------------------------------------------------------------------
+const at::Generator& default_generator(c10::DeviceIndex index);
+at::Generator new_generator(c10::DeviceIndex index);
+// the CPU generator that holds the state of emu generator ``gen``
+at::Generator host_generator(const at::Generator& gen);
+
+// -- aliases ------------------------------------------------------------------------------
+bool is_emu(const at::Tensor& t);
+// a CPU tensor over the bytes of emu tensor ``t`` (same sizes, strides, offset; keeps t's
+// storage alive)
+at::Tensor cpu_alias(const at::Tensor& t);
+// an emu tensor on device ``index`` over the bytes of CPU tensor ``t`` (zero copy)
+at::Tensor adopt(const at::Tensor& t, c10::DeviceIndex index);
+
+// -- routing ------------------------------------------------------------------------------
+// ops of the native set run on the host bytes uncounted; every other op that reaches the
+// router is a host fallback: counted, and reported once through the observer.
+void set_native_ops(const std::vector<std::string>& packets, bool all);
+std::vector<std::pair<std::string, int64_t>> host_counts();
+void reset_host_counts();
+// called (with the GIL taken by the binding) the first time an op falls back to the host
+void set_fallback_observer(std::function<void(const std::string&)> observer);
+bool set_counting(bool on);  // thread-local; returns the previous value
+bool counting();
+
+// run ``op`` on the host bytes of its emu arguments (the router's host path)
+void host_call(const c10::OperatorHandle& op, torch::jit::Stack* stack, bool count);
+
+}  // namespace hal_emu

@@ -1,0 +1,627 @@
+// Kernels of the emulated accelerator.
+//
+// Allocation, views, copies and resizes are the device's own kernels.  Every other op that
+// reaches PrivateUse1 goes through the router: its emu arguments become CPU tensors over the
+// same bytes (no copy), torch's CPU kernel runs, and results become emu tensors again (no
+// copy).  Ops of the native set run uncounted; any other op reaching the router is a host
+// fallback (the Python side registers decompositions for the ops torch can decompose, so
+// those never get here).  A few ops torch selects only for non-CPU devices have no CPU
+// kernel; they are written here as compositions.
+#include "emu.h"
+
+#include <ATen/EmptyTensor.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/stack.h>
+#include <ATen/native/Resize.h>
+#include <ATen/ops/_reshape_alias_native.h>
+#include <ATen/ops/as_strided_native.h>
+#include <ATen/ops/unfold_native.h>
+#include <ATen/ops/view_as_complex_native.h>
+#include <ATen/ops/view_as_real_native.h>
+#include <ATen/ops/view_native.h>
+#include <c10/core/DeviceGuard.h>
+#include <torch/library.h>
+
+#include <memory>
+#include <mutex>
+#include <shared_mutex>
+#include <unordered_map>
+#include <unordered_set>
+
+namespace hal_emu {
+
+bool is_emu(const at::Tensor& t) {
+  return t.defined() && t.device().type() == c10::DeviceType::PrivateUse1;
+}
+
+namespace {
+
+void release_storage(void* ctx) { delete static_cast<c10::Storage*>(ctx); }
+
+// a CPU storage over the bytes of emu storage ``st`` (keeps ``st`` alive)
+c10::Storage alias_storage(const c10::Storage& st) {
+  void* data = st.unsafeGetStorageImpl()->mutable_data();
+  c10::DataPtr dp(data, new c10::Storage(st), &release_storage, c10::Device(c10::DeviceType::CPU));
+  return c10::Storage(c10::Storage::use_byte_size_t(), st.nbytes(), std::move(dp), alias_allocator(),
+                      /*resizable=*/true);
+}
+
+at::Tensor tensor_on(c10::Storage st, c10::DispatchKey key, const at::Tensor& like) {
+  auto impl = c10::make_intrusive<c10::TensorImpl>(std::move(st), c10::DispatchKeySet(key), like.dtype());
+  impl->set_sizes_and_strides(like.sizes(), like.strides(), like.storage_offset());
+  at::Tensor out(std::move(impl));
+  if (like.is_conj()) out._set_conj(true);
+  if (like.is_neg()) out._set_neg(true);
+  return out;
+}
+
+c10::Storage adopted_storage(const c10::Storage& cpu, c10::DeviceIndex index) {
+  size_t nbytes = cpu.nbytes();
+  return c10::Storage(c10::Storage::use_byte_size_t(), nbytes, adopt_bytes(cpu, index), device_allocator(),
+                      /*resizable=*/true);
+}
+
+}  // namespace
+
+at::Tensor cpu_alias(const at::Tensor& t) {
+  TORCH_CHECK(is_emu(t), "emu: cpu_alias() needs an emu tensor, got one on ", t.device());
+  return tensor_on(alias_storage(t.storage()), c10::DispatchKey::CPU, t);
+}
+
+at::Tensor adopt(const at::Tensor& t, c10::DeviceIndex index) {
+  if (!t.defined()) return t;
+  return tensor_on(adopted_storage(t.storage(), index), c10::DispatchKey::PrivateUse1, t);
+}
+
+// -- routing ------------------------------------------------------------------------------
+namespace {
+
+struct OpInfo {
+  std::string name;                 // aten::add.Tensor
+  std::string packet;               // aten::add
+  bool has_cpu_kernel = false;
+  bool mixed_ok = false;            // may mix emu tensors with host tensors of any shape
+  std::vector<size_t> generators;   // positions of Generator? arguments
+  std::vector<size_t> written;      // positions of arguments the op writes to
+  uint64_t version = 0;             // of the native set ``native`` was computed against
+  bool native = false;
+  std::atomic<int64_t> count{0};
+  std::atomic<bool> reported{false};
+};
+
+std::shared_mutex g_ops_mutex;
+std::unordered_map<const c10::FunctionSchema*, std::unique_ptr<OpInfo>> g_ops;
+
+std::mutex g_native_mutex;
+std::unordered_set<std::string> g_native;
+bool g_all_native = false;
+std::atomic<uint64_t> g_native_version{1};
+
+std::mutex g_observer_mutex;
+std::function<void(const std::string&)> g_observer;
+thread_local bool tls_counting = true;
+
+// ops that take host tensors next to device tensors on CUDA too (indices, copies, pinning)
+const std::unordered_set<std::string> kMixedOk = {
+    "aten::copy_", "aten::_copy_from", "aten::_copy_from_and_resize", "aten::_to_copy",
+    "aten::index", "aten::index_put", "aten::index_put_", "aten::_index_put_impl_",
+    "aten::_unsafe_index", "aten::_unsafe_index_put", "aten::record_stream",
+    "aten::_pin_memory", "aten::is_pinned", "aten::set_", "aten::lift_fresh",
+    "aten::_local_scalar_dense", "aten::_pack_padded_sequence", "aten::_pad_packed_sequence",
+    "aten::embedding_bag", "aten::_embedding_bag", "aten::_embedding_bag_forward_only",
+};
+
+bool is_native_packet(const std::string& packet) {
+  std::lock_guard<std::mutex> lock(g_native_mutex);
+  if (g_all_native) return true;
+  if (g_native.count(packet)) return true;
+  return packet.size() > 1 && packet.back() == '_' && g_native.count(packet.substr(0, packet.size() - 1));
+}
+
+OpInfo& info_for(const c10::OperatorHandle& op) {
+  const c10::FunctionSchema* key = &op.schema();
+  OpInfo* info = nullptr;
+  {
+    std::shared_lock<std::shared_mutex> lock(g_ops_mutex);
+    auto it = g_ops.find(key);
+    if (it != g_ops.end()) info = it->second.get();
+  }
+  if (info == nullptr) {
+    auto fresh = std::make_unique<OpInfo>();
+    const auto& schema = op.schema();
+    fresh->packet = schema.name();
+    fresh->name = schema.overload_name().empty() ? fresh->packet : fresh->packet + "." + schema.overload_name();
+    fresh->has_cpu_kernel = op.hasComputedKernelForDispatchKey(c10::DispatchKey::CPU);
+    fresh->mixed_ok = kMixedOk.count(fresh->packet) != 0;
+    const auto& args = schema.arguments();
+    for (size_t i = 0; i < args.size(); ++i) {
+      auto type = args[i].type();
+      if (auto opt = type->cast<c10::OptionalType>()) type = opt->getElementType();
+      if (type->kind() == c10::TypeKind::GeneratorType) fresh->generators.push_back(i);
+      if (args[i].alias_info() && args[i].alias_info()->isWrite()) fresh->written.push_back(i);
+    }
+    std::unique_lock<std::shared_mutex> lock(g_ops_mutex);
+    auto& slot = g_ops[key];
+    if (!slot) slot = std::move(fresh);
+    info = slot.get();
+  }
+  uint64_t version = g_native_version.load();
+  if (info->version != version) {
+    info->native = is_native_packet(info->packet);
+    info->version = version;
+  }
+  return *info;
+}
+
+void report_first(OpInfo& info) {
+  if (info.reported.exchange(true)) return;
+  std::function<void(const std::string&)> observer;
+  {
+    std::lock_guard<std::mutex> lock(g_observer_mutex);
+    observer = g_observer;
+  }
+  if (observer) observer(info.name);
+}
+
+[[noreturn]] void no_route(const OpInfo& info) {
+  TORCH_CHECK_NOT_IMPLEMENTED(
+      false, "emu: ", info.name, " cannot run on the emulated device: it is not in emu's native op set, ",
+      "torch._decomp has no decomposition for it, and torch has no CPU kernel to compute it on the host ",
+      "(tried: native, decomposition, host). It is a kernel only some devices provide; if a training ",
+      "script reaches it on emu, report the script to the hal project");
+}
+
+// one emu storage seen by a host kernel: the CPU storage that aliases it
+struct Aliased {
+  c10::StorageImpl* emu;
+  c10::Storage alias;
+  void* data;           // the alias's bytes when it was made
+  size_t nbytes;
+};
+
+struct Call {
+  std::vector<Aliased> storages;
+  // (emu tensor, its CPU alias) for every emu tensor argument
+  std::vector<std::pair<at::Tensor, at::Tensor>> tensors;
+  c10::DeviceIndex index = -1;
+  const at::Tensor* host_arg = nullptr;   // a host tensor of dim > 0 among the arguments
+  const OpInfo* info = nullptr;
+
+  c10::Storage alias_of(const c10::Storage& st) {
+    auto* impl = st.unsafeGetStorageImpl();
+    for (auto& a : storages)
+      if (a.emu == impl) return a.alias;
+    c10::Storage alias = alias_storage(st);
+    storages.push_back({impl, alias, alias.unsafeGetStorageImpl()->mutable_data(), alias.nbytes()});
+    return alias;
+  }
+
+  void see_device(c10::DeviceIndex d) {
+    if (index < 0) {
+      index = d;
+    } else if (d != index && !info->mixed_ok) {
+      TORCH_CHECK(false, "Expected all tensors to be on the same device, but found at least two devices, emu:",
+                  index, " and emu:", d, "! (when checking arguments for ", info->name, ")");
+    }
+  }
+
+  at::Tensor to_host(const at::Tensor& t) {
+    if (!is_emu(t)) {
+      if (t.defined() && t.dim() > 0 && !host_arg) host_arg = &t;
+      return t;
+    }
+    see_device(t.device().index());
+    at::Tensor alias = tensor_on(alias_of(t.storage()), c10::DispatchKey::CPU, t);
+    tensors.emplace_back(t, alias);
+    return alias;
+  }
+
+  c10::IValue arg_to_host(const c10::IValue& v) {
+    if (v.isTensor()) return to_host(v.toTensor());
+    if (v.isTensorList()) {
+      auto list = v.toTensorList();
+      c10::List<at::Tensor> out;
+      out.reserve(list.size());
+      for (const at::Tensor& t : list) out.push_back(to_host(t));
+      return out;
+    }
+    if (v.isList()) {  // Tensor?[] (indices)
+      auto list = v.toList();
+      if (list.size() == 0 || !list.elementType()->cast<c10::OptionalType>()) return v;
+      c10::List<std::optional<at::Tensor>> out;
+      out.reserve(list.size());
+      for (const c10::IValue& e : list) {
+        if (e.isTensor()) out.push_back(to_host(e.toTensor()));
+        else out.push_back(std::nullopt);
+      }
+      return out;
+    }
+    if (v.isDevice() && v.toDevice().type() == c10::DeviceType::PrivateUse1) {
+      auto d = v.toDevice();
+      see_device(d.has_index() ? d.index() : current_device());
+      return c10::IValue(c10::Device(c10::DeviceType::CPU));
+    }
+    if (v.isGenerator()) {
+      const auto& g = v.toGenerator();
+      if (g.device().type() == c10::DeviceType::PrivateUse1) return c10::IValue(host_generator(g));
+    }
+    return v;
+  }
+
+  // a result of the host kernel, as the tensor the caller gets
+  at::Tensor from_host(const at::Tensor& r, std::vector<std::pair<c10::StorageImpl*, c10::Storage>>& made) {
+    if (!r.defined() || r.device().type() != c10::DeviceType::CPU) return r;
+    for (auto& [emu, alias] : tensors)
+      if (alias.unsafeGetTensorImpl() == r.unsafeGetTensorImpl()) return emu;
+    auto* st = r.storage().unsafeGetStorageImpl();
+    for (auto& a : storages)  // a view of an argument
+      if (a.alias.unsafeGetStorageImpl() == st) {
+        for (auto& [emu, alias] : tensors)
+          if (emu.storage().unsafeGetStorageImpl() == a.emu)
+            return tensor_on(emu.storage(), c10::DispatchKey::PrivateUse1, r);
+      }
+    if (index < 0) return r;
+    for (auto& [cpu, emu] : made)
+      if (cpu == st) return tensor_on(emu, c10::DispatchKey::PrivateUse1, r);
+    c10::Storage emu = adopted_storage(r.storage(), index);
+    made.emplace_back(st, emu);
+    return tensor_on(emu, c10::DispatchKey::PrivateUse1, r);
+  }
+
+  // a host kernel may resize (or re-seat) an argument it writes: carry that to the emu tensor
+  void write_back() {
+    for (auto& [emu, alias] : tensors) {
+      auto* ei = emu.unsafeGetTensorImpl();
+      auto* astore = alias.storage().unsafeGetStorageImpl();
+      Aliased* a = nullptr;
+      for (auto& s : storages)
+        if (s.emu == emu.storage().unsafeGetStorageImpl()) a = &s;
+      bool reseated = a == nullptr || astore != a->alias.unsafeGetStorageImpl();
+      bool moved = !reseated && (astore->mutable_data() != a->data || astore->nbytes() != a->nbytes);
+      bool meta = alias.sizes() != emu.sizes() || alias.strides() != emu.strides() ||
+                  alias.storage_offset() != emu.storage_offset();
+      if (!reseated && !moved && !meta) continue;
+      if (reseated) {
+        ei->set_storage_keep_dtype(adopted_storage(alias.storage(), emu.device().index()));
+      } else if (moved) {
+        auto* es = a->emu;
+        es->set_data_ptr_noswap(relabel(astore->set_data_ptr(c10::DataPtr()), emu.device().index()));
+        es->set_nbytes(astore->nbytes());
+        // the alias now shares the new bytes again, for any other tensor of this call
+        astore->set_data_ptr_noswap(c10::DataPtr(es->mutable_data(), c10::Device(c10::DeviceType::CPU)));
+        a->data = es->mutable_data();
+        a->nbytes = es->nbytes();
+      }
+      if (meta) ei->set_sizes_and_strides(alias.sizes(), alias.strides(), alias.storage_offset());
+    }
+  }
+};
+
+void route(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  host_call(op, stack, /*count=*/true);
+}
+
+}  // namespace
+
+void host_call(const c10::OperatorHandle& op, torch::jit::Stack* stack, bool count) {
+  OpInfo& info = info_for(op);
+  const size_t nargs = op.schema().arguments().size();
+  const size_t first = stack->size() - nargs;
+  Call call;
+  call.info = &info;
+  for (size_t i = 0; i < nargs; ++i) {
+    c10::IValue& v = (*stack)[first + i];
+    v = call.arg_to_host(v);
+  }
+  if (call.index >= 0) {
+    if (call.host_arg && !info.mixed_ok) {
+      TORCH_CHECK(false, "Expected all tensors to be on the same device, but found at least two devices, emu:",
+                  call.index, " and ", call.host_arg->device(), "! (when checking arguments for ", info.name, ")");
+    }
+    for (size_t g : info.generators) {
+      c10::IValue& v = (*stack)[first + g];
+      if (v.isNone()) v = c10::IValue(host_generator(default_generator(call.index)));
+    }
+  }
+  if (!info.has_cpu_kernel) no_route(info);
+  if (count && !info.native && tls_counting) {
+    info.count.fetch_add(1);
+    report_first(info);
+  }
+  std::optional<c10::DeviceGuard> guard;
+  if (call.index >= 0) guard.emplace(device(call.index));
+  op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
+  call.write_back();
+  const size_t nret = op.schema().returns().size();
+  std::vector<std::pair<c10::StorageImpl*, c10::Storage>> made;
+  for (size_t i = stack->size() - nret; i < stack->size(); ++i) {
+    c10::IValue& v = (*stack)[i];
+    if (v.isTensor()) {
+      v = call.from_host(v.toTensor(), made);
+    } else if (v.isTensorList()) {
+      auto list = v.toTensorList();
+      c10::List<at::Tensor> out;
+      out.reserve(list.size());
+      for (const at::Tensor& t : list) out.push_back(call.from_host(t, made));
+      v = out;
+    }
+  }
+}
+
+void set_native_ops(const std::vector<std::string>& packets, bool all) {
+  std::lock_guard<std::mutex> lock(g_native_mutex);
+  g_native = std::unordered_set<std::string>(packets.begin(), packets.end());
+  g_all_native = all;
+  g_native_version.fetch_add(1);
+}
+
+std::vector<std::pair<std::string, int64_t>> host_counts() {
+  std::vector<std::pair<std::string, int64_t>> out;
+  std::shared_lock<std::shared_mutex> lock(g_ops_mutex);
+  for (auto& [key, info] : g_ops) {
+    int64_t n = info->count.load();
+    if (n > 0) out.emplace_back(info->name, n);
+  }
+  return out;
+}
+
+void reset_host_counts() {
+  std::shared_lock<std::shared_mutex> lock(g_ops_mutex);
+  for (auto& [key, info] : g_ops) {
+    info->count.store(0);
+    info->reported.store(false);
+  }
+}
+
+void set_fallback_observer(std::function<void(const std::string&)> observer) {
+  std::lock_guard<std::mutex> lock(g_observer_mutex);
+  g_observer = std::move(observer);
+}
+
+bool set_counting(bool on) {
+  bool old = tls_counting;
+  tls_counting = on;
+  return old;
+}
+
+bool counting() { return tls_counting; }
+
+// -- the device's own kernels ----------------------------------------------------------------
+namespace {
+
+c10::DeviceIndex index_of(std::optional<c10::Device> d) {
+  if (!d.has_value() || !d->has_index()) return current_device();
+  check_index(d->index());
+  return d->index();
+}
+
+at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<c10::ScalarType> dtype,
+                               std::optional<c10::Layout> layout, std::optional<c10::Device> dev,
+                               std::optional<bool> pin_memory, std::optional<c10::MemoryFormat> fmt) {
+  TORCH_CHECK(!pin_memory.value_or(false), "emu: only host tensors can be pinned, not emu tensors");
+  c10::DeviceGuard guard(device(index_of(dev)));
+  auto t = at::detail::empty_generic(size, device_allocator(), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+                                     c10::dtype_or_default(dtype), fmt);
+  (void)layout;
+  return t;
+}
+
+at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride, std::optional<c10::ScalarType> dtype,
+                         std::optional<c10::Layout> layout, std::optional<c10::Device> dev,
+                         std::optional<bool> pin_memory) {
+  TORCH_CHECK(!pin_memory.value_or(false), "emu: only host tensors can be pinned, not emu tensors");
+  c10::DeviceGuard guard(device(index_of(dev)));
+  (void)layout;
+  return at::detail::empty_strided_generic(size, stride, device_allocator(),
+                                           c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+                                           c10::dtype_or_default(dtype));
+}
+
+void grow_storage(const at::Tensor& self, size_t nbytes) {
+  auto* st = self.storage().unsafeGetStorageImpl();
+  if (nbytes <= st->nbytes()) return;
+  TORCH_CHECK(st->resizable(), "emu: trying to resize a storage that is not resizable");
+  c10::DeviceGuard guard(self.device());
+  c10::DataPtr fresh = device_allocator()->allocate(nbytes);
+  if (st->nbytes()) std::memcpy(fresh.get(), st->data(), st->nbytes());
+  st->set_data_ptr_noswap(std::move(fresh));
+  st->set_nbytes(nbytes);
+}
+
+const at::Tensor& resize_(const at::Tensor& self, c10::IntArrayRef size, std::optional<c10::MemoryFormat> fmt) {
+  auto* impl = self.unsafeGetTensorImpl();
+  impl->set_sizes_contiguous(size);
+  if (fmt.has_value() && *fmt != c10::MemoryFormat::Preserve) impl->empty_tensor_restride(*fmt);
+  size_t need = at::detail::computeStorageNbytes(self.sizes(), self.strides(), self.dtype().itemsize(),
+                                                 self.storage_offset());
+  grow_storage(self, need);
+  return self;
+}
+
+at::Tensor& set_storage(at::Tensor& self, c10::Storage source, int64_t offset, c10::IntArrayRef size,
+                        c10::IntArrayRef stride) {
+  TORCH_CHECK(source.device().type() == c10::DeviceType::PrivateUse1,
+              "emu: set_() needs a storage on the emulated device, got one on ", source.device(),
+              "; move it first (storage.to('emu'))");
+  auto* impl = self.unsafeGetTensorImpl();
+  impl->set_storage_keep_dtype(std::move(source));
+  impl->set_sizes_and_strides(size, stride, offset);
+  size_t need = at::detail::computeStorageNbytes(size, stride, self.dtype().itemsize(), offset);
+  grow_storage(self, need);
+  return self;
+}
+
+at::Tensor& set_source_storage_offset(at::Tensor& self, c10::Storage source, int64_t offset,
+                                      c10::IntArrayRef size, c10::IntArrayRef stride) {
+  return set_storage(self, std::move(source), offset, size, stride);
+}
+
+at::Tensor& set_source_storage(at::Tensor& self, c10::Storage source) {
+  int64_t numel = static_cast<int64_t>(source.nbytes() / self.dtype().itemsize());
+  return set_storage(self, std::move(source), 0, {numel}, {1});
+}
+
+at::Tensor& set_source_tensor(at::Tensor& self, const at::Tensor& source) {
+  if (self.unsafeGetTensorImpl() == source.unsafeGetTensorImpl()) return self;
+  return set_storage(self, source.storage(), source.storage_offset(), source.sizes(), source.strides());
+}
+
+at::Tensor& set_empty(at::Tensor& self) {
+  c10::DeviceGuard guard(self.device());
+  c10::Storage empty(c10::Storage::use_byte_size_t(), 0, device_allocator(), /*resizable=*/true);
+  return set_storage(self, std::move(empty), 0, {0}, {});
+}
+
+at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
+  at::Tensor src = is_emu(self) ? cpu_alias(self) : self;
+  at::Tensor out = is_emu(dst) ? cpu_alias(dst) : dst;
+  out.copy_(src, non_blocking);
+  return dst;
+}
+
+at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
+  if (dst.sizes() != self.sizes()) resize_(dst, self.sizes(), std::nullopt);
+  return copy_from(self, dst, false);
+}
+
+void record_stream(at::Tensor&, c10::Stream) {}  // work is synchronous: nothing to track
+
+// dropout draws its mask from the emu device's generator, as it would from a device's own
+std::tuple<at::Tensor, at::Tensor> native_dropout(const at::Tensor& input, double p, std::optional<bool> train) {
+  auto index = input.device().index();
+  c10::DeviceGuard guard(input.device());
+  at::Tensor x = cpu_alias(input);
+  if (input.numel() == 0) return {input.clone(), at::empty_like(input, input.options().dtype(at::kBool))};
+  if (train.has_value() && !*train)
+    return {input.clone(), at::ones_like(input, input.options().dtype(at::kBool))};
+  double keep = 1.0 - p;
+  double scale = keep == 0 ? 0.0 : 1.0 / keep;
+  at::Tensor mask = at::empty_like(x, at::MemoryFormat::Contiguous);
+  mask.bernoulli_(keep, host_generator(default_generator(index)));
+  at::Tensor out = x.mul(mask).mul_(scale);
+  return {adopt(out, index), adopt(mask.to(at::kBool), index)};
+}
+
+// -- recurrent cells torch fuses on devices (CUDA, XPU, PrivateUse1) -----------------------
+struct OnHost {
+  c10::DeviceIndex index;
+  explicit OnHost(const at::Tensor& any) : index(any.device().index()) {}
+  at::Tensor in(const at::Tensor& t) const { return is_emu(t) ? cpu_alias(t) : t; }
+  at::Tensor in(const std::optional<at::Tensor>& t) const {
+    return t.has_value() && t->defined() ? in(*t) : at::Tensor();
+  }
+  at::Tensor out(const at::Tensor& t) const { return t.defined() ? adopt(t.contiguous(), index) : t; }
+};
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> lstm_cell(
+    const at::Tensor& input_gates, const at::Tensor& hidden_gates, const at::Tensor& cx,
+    const std::optional<at::Tensor>& input_bias, const std::optional<at::Tensor>& hidden_bias) {
+  OnHost h(input_gates);
+  at::Tensor gates = h.in(input_gates) + h.in(hidden_gates);
+  at::Tensor b1 = h.in(input_bias), b2 = h.in(hidden_bias);
+  if (b1.defined()) gates = gates + b1 + b2;
+  auto chunks = gates.chunk(4, 1);
+  at::Tensor ig = chunks[0].sigmoid(), fg = chunks[1].sigmoid(), cg = chunks[2].tanh(), og = chunks[3].sigmoid();
+  at::Tensor cy = fg * h.in(cx) + ig * cg;
+  at::Tensor hy = og * cy.tanh();
+  at::Tensor workspace = at::cat({ig, fg, cg, og}, 1);
+  return {h.out(hy), h.out(cy), h.out(workspace)};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> lstm_cell_backward(
+    const std::optional<at::Tensor>& grad_hy, const std::optional<at::Tensor>& grad_cy, const at::Tensor& cx,
+    const at::Tensor& cy, const at::Tensor& workspace, bool has_bias) {
+  OnHost h(workspace);
+  at::Tensor ws = h.in(workspace), c = h.in(cy), x = h.in(cx);
+  at::Tensor ghy = h.in(grad_hy), gcy = h.in(grad_cy);
+  auto parts = ws.chunk(4, 1);
+  const at::Tensor &ig = parts[0], &fg = parts[1], &cg = parts[2], &og = parts[3];
+  at::Tensor tanh_cy = c.tanh();
+  at::Tensor go = ghy.defined() ? ghy : at::zeros_like(c);
+  at::Tensor g_og = go * tanh_cy;
+  at::Tensor gc = go * og * (1 - tanh_cy * tanh_cy);
+  if (gcy.defined()) gc = gc + gcy;
+  at::Tensor g_ig = gc * cg * (1 - ig) * ig;
+  at::Tensor g_fg = gc * x * (1 - fg) * fg;
+  at::Tensor g_cg = gc * ig * (1 - cg * cg);
+  g_og = g_og * (1 - og) * og;
+  at::Tensor grad_gates = at::cat({g_ig, g_fg, g_cg, g_og}, 1);
+  at::Tensor grad_cx = gc * fg;
+  at::Tensor grad_bias = has_bias ? grad_gates.sum(0) : at::Tensor();
+  return {h.out(grad_gates), h.out(grad_cx), h.out(grad_bias)};
+}
+
+std::tuple<at::Tensor, at::Tensor> gru_cell(
+    const at::Tensor& input_gates, const at::Tensor& hidden_gates, const at::Tensor& hx,
+    const std::optional<at::Tensor>& input_bias, const std::optional<at::Tensor>& hidden_bias) {
+  OnHost h(input_gates);
+  at::Tensor ig = h.in(input_gates), hg = h.in(hidden_gates), x = h.in(hx);
+  at::Tensor b1 = h.in(input_bias), b2 = h.in(hidden_bias);
+  if (b1.defined()) {
+    ig = ig + b1;
+    hg = hg + b2;
+  }
+  auto i = ig.chunk(3, 1);
+  auto g = hg.chunk(3, 1);
+  at::Tensor rg = (i[0] + g[0]).sigmoid();
+  at::Tensor zg = (i[1] + g[1]).sigmoid();
+  at::Tensor ng = (i[2] + rg * g[2]).tanh();
+  at::Tensor hy = ng + zg * (x - ng);
+  at::Tensor workspace = at::cat({rg, zg, ng, x, g[2]}, 1);
+  return {h.out(hy), h.out(workspace)};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> gru_cell_backward(
+    const at::Tensor& grad_hy, const at::Tensor& workspace, bool has_bias) {
+  OnHost h(workspace);
+  at::Tensor go = h.in(grad_hy);
+  auto w = h.in(workspace).chunk(5, 1);
+  const at::Tensor &rg = w[0], &zg = w[1], &ng = w[2], &hx = w[3], &hn = w[4];
+  at::Tensor g_z = go * (hx - ng) * (1 - zg) * zg;
+  at::Tensor g_hx = go * zg;
+  at::Tensor g_n = go * (1 - zg) * (1 - ng * ng);
+  at::Tensor g_hn = g_n * rg;
+  at::Tensor g_r = g_n * hn * (1 - rg) * rg;
+  at::Tensor grad_input_gates = at::cat({g_r, g_z, g_n}, 1);
+  at::Tensor grad_hidden_gates = at::cat({g_r, g_z, g_hn}, 1);
+  at::Tensor gib = has_bias ? grad_input_gates.sum(0) : at::Tensor();
+  at::Tensor ghb = has_bias ? grad_hidden_gates.sum(0) : at::Tensor();
+  return {h.out(grad_input_gates), h.out(grad_hidden_gates), h.out(g_hx), h.out(gib), h.out(ghb)};
+}
+
+at::Tensor as_strided(const at::Tensor& self, c10::IntArrayRef size, c10::IntArrayRef stride,
+                      std::optional<int64_t> offset) {
+  return at::native::as_strided_tensorimpl(self, size, stride, offset);
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("empty.memory_format", empty_memory_format);
+  m.impl("empty_strided", empty_strided);
+  m.impl("as_strided", as_strided);
+  m.impl("view", at::native::view);
+  m.impl("_reshape_alias", at::native::_reshape_alias);
+  m.impl("unfold", at::native::unfold);
+  m.impl("view_as_real", at::native::view_as_real);
+  m.impl("view_as_complex", at::native::view_as_complex);
+  m.impl("resize_", resize_);
+  m.impl("set_.source_Storage", set_source_storage);
+  m.impl("set_.source_Storage_storage_offset", set_source_storage_offset);
+  m.impl("set_.source_Tensor", set_source_tensor);
+  m.impl("set_", set_empty);
+  m.impl("_copy_from", copy_from);
+  m.impl("_copy_from_and_resize", copy_from_and_resize);
+  m.impl("record_stream", record_stream);
+  m.impl("native_dropout", native_dropout);
+  m.impl("_thnn_fused_lstm_cell", lstm_cell);
+  m.impl("_thnn_fused_lstm_cell_backward_impl", lstm_cell_backward);
+  m.impl("_thnn_fused_gru_cell", gru_cell);
+  m.impl("_thnn_fused_gru_cell_backward", gru_cell_backward);
+}
+
+TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&route>());
+}
+
+}  // namespace hal_emu
