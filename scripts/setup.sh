@@ -14,3 +14,5 @@ else
 fi
 "$PY" -m pip install -q -e ".[test]"
 "$PY" -c "import hal; print('hal setup: hal', hal.__version__, 'installed; native host kernels:', 'yes' if hal.native_available() else 'no')"
+# the emulated accelerator links against this torch: compile it now rather than on first use
+"$PY" -m hal.emu.build

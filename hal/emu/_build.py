@@ -83,8 +83,8 @@ def _import(path: str) -> ModuleType:
     return module
 
 
-def _compile(verbose: bool) -> str:
-    """Compile into a private temporary folder, then move it into place; returns the .so path."""
+def _compile(verbose: bool) -> ModuleType:
+    """Compile into a private temporary folder, move it into place, return the loaded module."""
     import torch.utils.cpp_extension as cpp_extension
 
     final = build_dir()
@@ -95,9 +95,9 @@ def _compile(verbose: bool) -> str:
               f"once per torch version) in {final}", file=sys.stderr, flush=True)
     started = time.monotonic()
     try:
-        cpp_extension.load(name=NAME, sources=[s for s in sources() if s.endswith(".cpp")],
-                           build_directory=work, extra_cflags=list(CFLAGS), verbose=verbose,
-                           is_python_module=True)
+        module = cpp_extension.load(name=NAME, sources=[s for s in sources() if s.endswith(".cpp")],
+                                    build_directory=work, extra_cflags=list(CFLAGS), verbose=verbose,
+                                    is_python_module=True)
     except Exception as exc:
         shutil.rmtree(work, ignore_errors=True)
         raise HalError(f"emu: building the emulated accelerator failed ({type(exc).__name__}: "
@@ -110,7 +110,8 @@ def _compile(verbose: bool) -> str:
         shutil.rmtree(work, ignore_errors=True)
     if not verbose:
         print(f"hal: emulated accelerator built in {time.monotonic() - started:.0f} s", file=sys.stderr, flush=True)
-    return _library_path(final)
+    sys.modules[NAME] = module
+    return module
 
 
 def _torch_version() -> str:
@@ -131,10 +132,6 @@ def load(verbose: bool = False) -> ModuleType:
         _module = sys.modules[NAME]
         return _module
     path = _library_path(build_dir())
-    if not os.path.exists(path):
-        path = _compile(verbose)
-        if NAME in sys.modules:  # cpp_extension.load imported the copy it built
-            _module = sys.modules[NAME]
-            return _module
-    _module = _import(path)
+    # a process loads the library once: a second copy would register its kernels again
+    _module = _import(path) if os.path.exists(path) else _compile(verbose)
     return _module

@@ -3,13 +3,22 @@
 Registered the way vendor CCLs are (``torch.distributed.Backend.register_backend`` with
 ``devices=["emu"]``), so ``init_process_group("cpu:gloo,emu:emuccl")`` and
 ``hal.dist.init()`` on the emulator take the same path as hccl or cncl.  Inside, it runs
-gloo on the host tensors behind the emulated ones — in place, without copies.
+gloo on CPU views of the emulated tensors' bytes — in place, without copies.
 """
 from __future__ import annotations
 
 import torch.distributed as dist
 
-from hal.emu._tensor import DEVICE_TYPE, unwrap
+from hal.emu._device import DEVICE_TYPE
+
+
+def unwrap(t):
+    """A CPU tensor over the bytes of emu tensor ``t`` (no copy; keeps them alive while gloo
+    works); host tensors are passed as they are."""
+    if t.device.type == DEVICE_TYPE:
+        from hal.emu._module import _C
+        return _C.cpu_alias(t)
+    return t
 
 
 NAME = "emuccl"

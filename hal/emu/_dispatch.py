@@ -164,7 +164,10 @@ def _decomposition_kernel(op: torch._ops.OpOverload, decomp: Callable, qualified
                 _announce(qualified, "decomposition")
         active.add(qualified)
         try:
-            return decomp(*args, **kwargs)
+            out = decomp(*args, **kwargs)
+            if out is not NotImplemented:
+                return out
+            # the decomposition declines this call (e.g. an argument it does not cover)
         except Exception:
             if in_place:  # it may have written part of its input already
                 raise

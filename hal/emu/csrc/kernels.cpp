@@ -589,6 +589,32 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> gru_cell_
   return {h.out(grad_input_gates), h.out(grad_hidden_gates), h.out(g_hx), h.out(gib), h.out(ghb)};
 }
 
+// torch routes convolutions of devices other than CPU / CUDA / MPS to these two
+at::Tensor convolution(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
+                       c10::IntArrayRef stride, c10::IntArrayRef padding, c10::IntArrayRef dilation, bool transposed,
+                       c10::IntArrayRef output_padding, int64_t groups) {
+  OnHost h(input);
+  c10::DeviceGuard guard(input.device());
+  at::Tensor b = h.in(bias);
+  return h.out(at::convolution(h.in(input), h.in(weight), b.defined() ? std::optional<at::Tensor>(b) : std::nullopt,
+                               stride, padding, dilation, transposed, output_padding, groups));
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward(
+    const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& weight, c10::IntArrayRef stride,
+    c10::IntArrayRef padding, c10::IntArrayRef dilation, bool transposed, c10::IntArrayRef output_padding,
+    int64_t groups, std::array<bool, 3> output_mask) {
+  OnHost h(input);
+  c10::DeviceGuard guard(input.device());
+  std::optional<std::vector<int64_t>> bias_sizes;
+  if (output_mask[2]) bias_sizes = std::vector<int64_t>{transposed ? weight.size(1) * groups : weight.size(0)};
+  auto [gi, gw, gb] = at::convolution_backward(
+      h.in(grad_output), h.in(input), h.in(weight),
+      bias_sizes.has_value() ? std::optional<c10::IntArrayRef>(*bias_sizes) : std::nullopt, stride, padding,
+      dilation, transposed, output_padding, groups, output_mask);
+  return {h.out(gi), h.out(gw), h.out(gb)};
+}
+
 at::Tensor as_strided(const at::Tensor& self, c10::IntArrayRef size, c10::IntArrayRef stride,
                       std::optional<int64_t> offset) {
   return at::native::as_strided_tensorimpl(self, size, stride, offset);
@@ -618,6 +644,20 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_thnn_fused_lstm_cell_backward_impl", lstm_cell_backward);
   m.impl("_thnn_fused_gru_cell", gru_cell);
   m.impl("_thnn_fused_gru_cell_backward", gru_cell_backward);
+  m.impl("convolution_overrideable", convolution);
+  m.impl("convolution_backward_overrideable", convolution_backward);
+}
+
+// copies handle the conjugate and negative bits themselves (the host copy_ resolves them);
+// torch's fallbacks for those keys would materialise through clone -> copy_ -> _copy_from again
+TORCH_LIBRARY_IMPL(aten, Conjugate, m) {
+  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
+  m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
+}
+
+TORCH_LIBRARY_IMPL(aten, Negative, m) {
+  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
+  m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
 }
 
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
