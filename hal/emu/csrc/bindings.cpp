@@ -1,5 +1,6 @@
 // The Python module of the emulated accelerator (hal_emu_C): what hal.emu needs from C++.
 #include <torch/csrc/Generator.h>
+#include <torch/csrc/Storage.h>
 #include <torch/csrc/jit/python/pybind_utils.h>
 #include <torch/extension.h>
 
@@ -81,5 +82,14 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("cpu_alias", &hal_emu::cpu_alias, "a CPU tensor over the bytes of an emu tensor (no copy)");
   m.def("adopt", [](const at::Tensor& t, int index) { return hal_emu::adopt(t, static_cast<c10::DeviceIndex>(index)); },
         "an emu tensor over the bytes of a CPU tensor (no copy)");
+  m.def("host_storage", [](const at::Tensor& t) -> py::object {
+    c10::Storage host = hal_emu::adopted_host_storage(t.storage());
+    if (!host) return py::none();
+    return py::reinterpret_steal<py::object>(THPStorage_Wrap(std::move(host)));
+  }, "the host storage an emu tensor's bytes live in (after move_to_host_storage), else None");
+  m.def("move_to_host_storage", [](const at::Tensor& t, py::object storage) {
+    hal_emu::move_to_host_storage(t, torch::createStorage(storage.ptr()));
+  }, "copy an emu tensor's storage into a host storage and keep using those bytes");
+  m.def("mark_forked", &hal_emu::mark_forked, "refuse device work from now on (called in a forked child)");
   m.def("run_host", &run_host, "run aten op name.overload on the host bytes of its arguments");
 }

@@ -50,6 +50,18 @@ c10::DataPtr relabel(c10::DataPtr&& dp, c10::DeviceIndex index);
 // allocator of CPU aliases: a CPU kernel that resizes an alias gets emu-counted memory
 c10::Allocator* alias_allocator();
 
+// the host storage whose bytes emu storage ``st`` uses (set by adopt_bytes), or an undefined one
+c10::Storage adopted_host_storage(const c10::Storage& st);
+// copy the bytes of emu tensor ``t``'s storage into ``host`` (large enough), then make the
+// storage use ``host``'s bytes from now on (every view follows): the way into shared memory
+void move_to_host_storage(const at::Tensor& t, c10::Storage host);
+
+// -- processes ----------------------------------------------------------------------------
+// after fork() the child's copy of emulated device memory is not the parent's: like CUDA,
+// the device refuses work in a forked child (use the spawn start method)
+void mark_forked();
+void check_not_forked();
+
 // -- generators ---------------------------------------------------------------------------
 const at::Generator& default_generator(c10::DeviceIndex index);
 at::Generator new_generator(c10::DeviceIndex index);

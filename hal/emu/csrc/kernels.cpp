@@ -304,6 +304,7 @@ void route(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 }  // namespace
 
 void host_call(const c10::OperatorHandle& op, torch::jit::Stack* stack, bool count) {
+  check_not_forked();
   OpInfo& info = info_for(op);
   const size_t nargs = op.schema().arguments().size();
   const size_t first = stack->size() - nargs;
@@ -473,6 +474,7 @@ at::Tensor& set_empty(at::Tensor& self) {
 }
 
 at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
+  check_not_forked();
   at::Tensor src = is_emu(self) ? cpu_alias(self) : self;
   at::Tensor out = is_emu(dst) ? cpu_alias(dst) : dst;
   out.copy_(src, non_blocking);

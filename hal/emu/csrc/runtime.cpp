@@ -119,6 +119,7 @@ c10::DataPtr allocate_block(size_t nbytes, c10::Device label) {
 
 struct DeviceAllocator final : c10::Allocator {
   c10::DataPtr allocate(size_t nbytes) override {
+    check_not_forked();
     return allocate_block(nbytes, c10::Device(c10::DeviceType::PrivateUse1, tls_device));
   }
   c10::DeleterFnPtr raw_deleter() const override { return nullptr; }
@@ -205,6 +206,33 @@ c10::DataPtr relabel(c10::DataPtr&& dp, c10::DeviceIndex index) {
   // bytes from another allocator: keep them alive through a storage that owns them
   c10::Storage owner(c10::Storage::use_byte_size_t(), 0, std::move(dp), nullptr, false);
   return adopt_bytes(std::move(owner), index);
+}
+
+c10::Storage adopted_host_storage(const c10::Storage& st) {
+  const c10::DataPtr& dp = st.data_ptr();
+  if (dp.get_deleter() != &free_adopted) return c10::Storage();
+  return static_cast<Adopted*>(dp.get_context())->storage;
+}
+
+void move_to_host_storage(const at::Tensor& t, c10::Storage host) {
+  c10::Storage st = t.storage();
+  TORCH_CHECK(host.nbytes() >= st.nbytes(), "emu: host storage of ", host.nbytes(), " bytes is too small for ",
+              st.nbytes());
+  if (st.nbytes()) std::memcpy(host.mutable_data(), st.data(), st.nbytes());
+  st.unsafeGetStorageImpl()->set_data_ptr_noswap(adopt_bytes(std::move(host), t.device().index()));
+}
+
+namespace {
+std::atomic<bool> g_forked{false};
+}
+
+void mark_forked() { g_forked.store(true); }
+
+void check_not_forked() {
+  TORCH_CHECK(!g_forked.load(),
+              "emu: cannot use the emulated device in a forked subprocess (its device memory is the parent's "
+              "and is not shared after fork, as with CUDA); use the 'spawn' start method: "
+              "torch.multiprocessing.set_start_method('spawn') or multiprocessing_context='spawn'");
 }
 
 REGISTER_ALLOCATOR(c10::DeviceType::PrivateUse1, &g_device_allocator)
