@@ -13,6 +13,7 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
 #include <ATen/native/Resize.h>
+#include <ATen/native/TensorFactories.h>
 #include <ATen/ops/_reshape_alias_native.h>
 #include <ATen/ops/as_strided_native.h>
 #include <ATen/ops/unfold_native.h>
@@ -171,6 +172,10 @@ void report_first(OpInfo& info) {
       "script reaches it on emu, report the script to the hal project");
 }
 
+at::Tensor efficient_zero_tensor(c10::IntArrayRef size, std::optional<c10::ScalarType> dtype,
+                                 std::optional<c10::Layout> layout, std::optional<c10::Device> dev,
+                                 std::optional<bool> pin_memory);
+
 // one emu storage seen by a host kernel: the CPU storage that aliases it
 struct Aliased {
   c10::StorageImpl* emu;
@@ -261,6 +266,8 @@ struct Call {
             return tensor_on(emu.storage(), c10::DispatchKey::PrivateUse1, r);
       }
     if (index < 0) return r;
+    if (r._is_zerotensor())  // no memory to adopt: a zero tensor of the device
+      return efficient_zero_tensor(r.sizes(), r.scalar_type(), std::nullopt, device(index), std::nullopt);
     for (auto& [cpu, emu] : made)
       if (cpu == st) return tensor_on(emu, c10::DispatchKey::PrivateUse1, r);
     c10::Storage emu = adopted_storage(r.storage(), index);
@@ -416,6 +423,18 @@ at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride, std::op
   return at::detail::empty_strided_generic(size, stride, device_allocator(),
                                            c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
                                            c10::dtype_or_default(dtype));
+}
+
+// a tensor of zeros without memory, as autograd uses for gradients known to be zero
+at::Tensor efficient_zero_tensor(c10::IntArrayRef size, std::optional<c10::ScalarType> dtype,
+                                 std::optional<c10::Layout> layout, std::optional<c10::Device> dev,
+                                 std::optional<bool> pin_memory) {
+  (void)layout;
+  (void)pin_memory;
+  auto d = device(index_of(dev));
+  at::native::ZeroTensorAllocator allocator(d);
+  auto keys = c10::DispatchKeySet(c10::DispatchKey::PrivateUse1) | c10::DispatchKeySet(c10::DispatchKey::ZeroTensor);
+  return at::detail::empty_generic(size, &allocator, keys, c10::dtype_or_default(dtype), std::nullopt);
 }
 
 void grow_storage(const at::Tensor& self, size_t nbytes) {
@@ -627,6 +646,7 @@ at::Tensor as_strided(const at::Tensor& self, c10::IntArrayRef size, c10::IntArr
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("empty.memory_format", empty_memory_format);
   m.impl("empty_strided", empty_strided);
+  m.impl("_efficientzerotensor", efficient_zero_tensor);
   m.impl("as_strided", as_strided);
   m.impl("view", at::native::view);
   m.impl("_reshape_alias", at::native::_reshape_alias);
