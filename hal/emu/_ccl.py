@@ -65,7 +65,11 @@ class EmuCCL(dist.ProcessGroup):
                                     opts or dist.AllgatherOptions())
 
     def _allgather_base(self, output, input, opts=None):
-        return self._gloo._allgather_base(unwrap(output), unwrap(input), opts or dist.AllgatherOptions())
+        # NCCL (and so torch's own callers, e.g. SyncBatchNorm) accept any contiguous output
+        # of world_size * input.numel() elements; gloo wants one slice per rank: give it views
+        out = unwrap(output).view(-1).chunk(self.size())
+        inp = unwrap(input)
+        return self._gloo.allgather([[o.view(inp.shape) for o in out]], [inp], opts or dist.AllgatherOptions())
 
     def gather(self, output_tensors, input_tensors, opts=None):
         return self._gloo.gather(_host2(output_tensors), _host(input_tensors), opts or dist.GatherOptions())
@@ -85,6 +89,39 @@ class EmuCCL(dist.ProcessGroup):
         return self._gloo.alltoall_base(unwrap(output), unwrap(input), output_split_sizes,
                                         input_split_sizes, opts or dist.AllToAllOptions())
 
+    # the tensor-shaped collectives torch 2.13 calls on the group itself
+    # (all_gather_into_tensor, reduce_scatter_tensor, all_to_all_single, their coalesced forms)
+    def all_gather_single(self, output, input, opts=None):
+        return self._allgather_base(output, input, opts)
+
+    def reduce_scatter_single(self, output, input, opts=None):
+        return self._reduce_scatter_base(output, input, opts)
+
+    def all_to_all_single(self, output, input, output_split_sizes, input_split_sizes, opts=None):
+        return self.alltoall_base(output, input, output_split_sizes, input_split_sizes, opts)
+
+    def all_gather_single_coalesced(self, outputs, inputs, opts=None):
+        return _one_after_another([lambda o=o, i=i: self._allgather_base(o, i, opts)
+                                   for o, i in zip(outputs, inputs)])
+
+    allgather_into_tensor_coalesced = all_gather_single_coalesced
+
+    def reduce_scatter_single_coalesced(self, outputs, inputs, opts=None):
+        return _one_after_another([lambda o=o, i=i: self._reduce_scatter_base(o, i, opts)
+                                   for o, i in zip(outputs, inputs)])
+
+    reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
+
+    def allgather_coalesced(self, output_lists, input_list, opts=None):
+        return self._gloo.allgather_coalesced(_host2(output_lists), _host(input_list),
+                                              opts or dist.AllgatherOptions())
+
+    def alltoall(self, output_tensors, input_tensors, opts=None):
+        return self._gloo.alltoall(_host(output_tensors), _host(input_tensors), opts or dist.AllToAllOptions())
+
+    def monitored_barrier(self, timeout=None, wait_all_ranks=False):
+        return self._gloo.monitored_barrier(*(() if timeout is None else (timeout,)), wait_all_ranks)
+
     def barrier(self, opts=None):
         return self._gloo.barrier(opts or dist.BarrierOptions())
 
@@ -96,6 +133,16 @@ class EmuCCL(dist.ProcessGroup):
 
     def recv_anysource(self, tensors, tag=0):
         return self._gloo.recv_anysource(_host(tensors), tag)
+
+
+def _one_after_another(calls):
+    """Run collectives in order, waiting for each but the last; the last one's work."""
+    work = None
+    for call in calls:
+        if work is not None:
+            work.wait()
+        work = call()
+    return work
 
 
 def _create(opts, pg_options=None):

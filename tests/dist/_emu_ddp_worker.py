@@ -24,8 +24,26 @@ ref.backward()
 ddp = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 2).to(dev))
 ddp.module.load_state_dict({k: v.to(dev) for k, v in model.state_dict().items()})
 ddp(x_all[4 * rank: 4 * (rank + 1)].to(dev)).pow(2).mean().backward()
+# SyncBatchNorm (torch's device path: batch_norm_stats / gather / elemt and their backward)
+# against BatchNorm over the full batch on the CPU
+torch.manual_seed(1)
+bn = torch.nn.BatchNorm2d(3)
+xb = torch.randn(4 * world, 3, 5, 5, requires_grad=True)
+ref_y = bn(xb)
+ref_y.pow(3).sum().backward()
+dist.all_reduce(sbn[0].weight.grad)  # parameter gradients are per rank until summed, as DDP does
+sbn = torch.nn.SyncBatchNorm.convert_sync_batchnorm(torch.nn.Sequential(torch.nn.BatchNorm2d(3))).to(dev)
+mine = xb.detach()[4 * rank: 4 * (rank + 1)].to(dev).requires_grad_()
+y = sbn(mine)
+y.pow(3).sum().backward()
+dist.all_reduce(sbn[0].weight.grad)  # parameter gradients are per rank until summed, as DDP does
 out = {"rank": rank, "allreduce": t.cpu().tolist(), "group_backend": dist.get_backend(),
-       "ddp_grad": ddp.module.weight.grad.cpu().tolist(), "ref_grad": model.weight.grad.tolist()}
+       "ddp_grad": ddp.module.weight.grad.cpu().tolist(), "ref_grad": model.weight.grad.tolist(),
+       "syncbn_out": y.detach().cpu().tolist(),
+       "bn_out": ref_y.detach()[4 * rank: 4 * (rank + 1)].tolist(),
+       "syncbn_grad_x": mine.grad.cpu().tolist(), "bn_grad_x": xb.grad[4 * rank: 4 * (rank + 1)].tolist(),
+       "syncbn_grad_w": sbn[0].weight.grad.cpu().tolist(), "bn_grad_w": bn.weight.grad.tolist(),
+       "syncbn_running_mean": sbn[0].running_mean.cpu().tolist(), "bn_running_mean": bn.running_mean.tolist()}
 dist.barrier()
 dist.destroy_process_group()
 with open(sys.argv[1], "w") as f:

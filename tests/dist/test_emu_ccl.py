@@ -44,3 +44,11 @@ def test_ddp_gradients_equal_the_full_batch_gradient(two_ranks):
 
 def test_group_runs_on_the_registered_backend(two_ranks):
     assert all("emuccl" in out["group_backend"] for out in two_ranks)
+
+
+def test_sync_batch_norm_equals_batch_norm_over_the_full_batch(two_ranks):
+    for out in two_ranks:
+        for mine, ref in (("syncbn_out", "bn_out"), ("syncbn_grad_x", "bn_grad_x"),
+                          ("syncbn_grad_w", "bn_grad_w"), ("syncbn_running_mean", "bn_running_mean")):
+            torch.testing.assert_close(torch.tensor(out[mine]), torch.tensor(out[ref]), rtol=1e-4, atol=1e-5,
+                                       msg=lambda m: f"{mine} vs {ref}: {m}")

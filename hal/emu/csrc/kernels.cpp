@@ -636,6 +636,97 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward(
   return {h.out(gi), h.out(gw), h.out(gb)};
 }
 
+// -- SyncBatchNorm's per-device statistics (torch uses them for CUDA and PrivateUse1) --------
+// the channel dimension is 1; reductions run over every other dimension, in float
+std::vector<int64_t> non_channel_dims(const at::Tensor& x) {
+  std::vector<int64_t> dims;
+  for (int64_t d = 0; d < x.dim(); ++d)
+    if (d != 1) dims.push_back(d);
+  return dims;
+}
+
+at::Tensor per_channel(const at::Tensor& v, const at::Tensor& like) {  // (C) -> (1, C, 1, ...)
+  std::vector<int64_t> shape(like.dim(), 1);
+  shape[1] = like.size(1);
+  return v.reshape(shape);
+}
+
+at::ScalarType acc_type(const at::Tensor& x) {
+  return at::isReducedFloatingType(x.scalar_type()) ? at::kFloat : x.scalar_type();
+}
+
+std::tuple<at::Tensor, at::Tensor> batch_norm_stats(const at::Tensor& input, double eps) {
+  OnHost h(input);
+  at::Tensor x = h.in(input).to(acc_type(input));
+  auto dims = non_channel_dims(x);
+  at::Tensor mean = x.mean(dims);
+  at::Tensor var = (x - per_channel(mean, x)).square().mean(dims);
+  return {h.out(mean), h.out((var + eps).rsqrt())};
+}
+
+std::tuple<at::Tensor, at::Tensor> batch_norm_gather_stats_with_counts(
+    const at::Tensor& input, const at::Tensor& mean, const at::Tensor& invstd,
+    const std::optional<at::Tensor>& running_mean, const std::optional<at::Tensor>& running_var, double momentum,
+    double eps, const at::Tensor& counts) {
+  OnHost h(mean);
+  at::Tensor m = h.in(mean), is = h.in(invstd), n = h.in(counts).to(m.scalar_type()).unsqueeze(1);
+  at::Tensor total = n.sum();
+  at::Tensor gmean = (m * n).sum(0) / total;
+  at::Tensor var_i = is.square().reciprocal() - eps;
+  at::Tensor gvar = (n * (var_i + (m - gmean).square())).sum(0) / total;
+  at::Tensor rm = h.in(running_mean), rv = h.in(running_var);
+  if (rm.defined()) rm.mul_(1 - momentum).add_(gmean.to(rm.scalar_type()) * momentum);
+  if (rv.defined()) {
+    at::Tensor unbiased = gvar * total / (total - 1);
+    rv.mul_(1 - momentum).add_(unbiased.to(rv.scalar_type()) * momentum);
+  }
+  (void)input;
+  return {h.out(gmean), h.out((gvar + eps).rsqrt())};
+}
+
+at::Tensor batch_norm_elemt(const at::Tensor& input, const std::optional<at::Tensor>& weight,
+                            const std::optional<at::Tensor>& bias, const at::Tensor& mean, const at::Tensor& invstd,
+                            double eps) {
+  (void)eps;
+  OnHost h(input);
+  at::Tensor x = h.in(input);
+  at::Tensor y = (x.to(acc_type(input)) - per_channel(h.in(mean), x)) * per_channel(h.in(invstd), x);
+  at::Tensor w = h.in(weight), b = h.in(bias);
+  if (w.defined()) y = y * per_channel(w, x);
+  if (b.defined()) y = y + per_channel(b, x);
+  return h.out(y.to(input.scalar_type()));
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> batch_norm_backward_reduce(
+    const at::Tensor& grad_out, const at::Tensor& input, const at::Tensor& mean, const at::Tensor& invstd,
+    const std::optional<at::Tensor>& weight, bool input_g, bool weight_g, bool bias_g) {
+  (void)weight;
+  OnHost h(input);
+  at::Tensor x = h.in(input).to(acc_type(input)), dy = h.in(grad_out).to(acc_type(input));
+  auto dims = non_channel_dims(x);
+  at::Tensor sum_dy = dy.sum(dims);
+  at::Tensor sum_dy_xmu = (dy * (x - per_channel(h.in(mean), x))).sum(dims);
+  at::Tensor gw = weight_g ? sum_dy_xmu * h.in(invstd) : at::Tensor();
+  at::Tensor gb = bias_g ? sum_dy : at::Tensor();
+  if (!input_g) return {at::Tensor(), at::Tensor(), h.out(gw), h.out(gb)};
+  return {h.out(sum_dy), h.out(sum_dy_xmu), h.out(gw), h.out(gb)};
+}
+
+at::Tensor batch_norm_backward_elemt(const at::Tensor& grad_out, const at::Tensor& input, const at::Tensor& mean,
+                                     const at::Tensor& invstd, const std::optional<at::Tensor>& weight,
+                                     const at::Tensor& sum_dy, const at::Tensor& sum_dy_xmu, const at::Tensor& count) {
+  OnHost h(input);
+  at::Tensor x = h.in(input).to(acc_type(input)), dy = h.in(grad_out).to(acc_type(input));
+  at::Tensor total = h.in(count).to(x.scalar_type()).sum();
+  at::Tensor is = per_channel(h.in(invstd), x);
+  at::Tensor mean_dy = per_channel(h.in(sum_dy), x) / total;
+  at::Tensor mean_dy_xmu = per_channel(h.in(sum_dy_xmu), x) / total;
+  at::Tensor g = (dy - mean_dy - (x - per_channel(h.in(mean), x)) * is * is * mean_dy_xmu) * is;
+  at::Tensor w = h.in(weight);
+  if (w.defined()) g = g * per_channel(w, x);
+  return h.out(g.to(input.scalar_type()));
+}
+
 at::Tensor as_strided(const at::Tensor& self, c10::IntArrayRef size, c10::IntArrayRef stride,
                       std::optional<int64_t> offset) {
   return at::native::as_strided_tensorimpl(self, size, stride, offset);
@@ -668,6 +759,11 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_thnn_fused_gru_cell_backward", gru_cell_backward);
   m.impl("convolution_overrideable", convolution);
   m.impl("convolution_backward_overrideable", convolution_backward);
+  m.impl("batch_norm_stats", batch_norm_stats);
+  m.impl("batch_norm_gather_stats_with_counts", batch_norm_gather_stats_with_counts);
+  m.impl("batch_norm_elemt", batch_norm_elemt);
+  m.impl("batch_norm_backward_reduce", batch_norm_backward_reduce);
+  m.impl("batch_norm_backward_elemt", batch_norm_backward_elemt);
 }
 
 // copies handle the conjugate and negative bits themselves (the host copy_ resolves them);
