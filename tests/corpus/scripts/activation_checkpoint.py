@@ -30,7 +30,7 @@ class Block(nn.Module):
 
 
 class Encoder(nn.Module):
-    def __init__(self, vocab, dim=32, heads=4, depth=3, n_classes=3, grad_ckpt=True, segments=2):
+    def __init__(self, vocab, dim=32, heads=4, depth=2, n_classes=3, grad_ckpt=True, segments=2):
         super().__init__()
         self.embed = nn.Embedding(vocab, dim)
         self.pos = nn.Parameter(torch.zeros(1, 16, dim))
@@ -56,7 +56,7 @@ class Encoder(nn.Module):
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--lr", type=float, default=2e-3)
     parser.add_argument("--no-grad-ckpt", dest="grad_ckpt", action="store_false")

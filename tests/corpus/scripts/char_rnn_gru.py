@@ -74,7 +74,7 @@ def time_since(since):
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument('--n_epochs', '--epochs', dest='n_epochs', type=int, default=60)
+    parser.add_argument('--n_epochs', '--epochs', dest='n_epochs', type=int, default=40)
     parser.add_argument('--print_every', '--log-interval', dest='print_every', type=int, default=10)
     parser.add_argument('--hidden_size', type=int, default=48)
     parser.add_argument('--n_layers', type=int, default=2)

@@ -52,7 +52,7 @@ def worker(rank, model, counter, last_losses, args):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--num-processes", type=int, default=2)
-    parser.add_argument("--steps", type=int, default=60)
+    parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--lr", type=float, default=0.05)
     parser.add_argument("--log-interval", type=int, default=20)

@@ -20,8 +20,8 @@ parser.add_argument('--batch-size', type=int, default=64, metavar='N',
                     help='input batch size for training (default: 64)')
 parser.add_argument('--test-batch-size', type=int, default=256, metavar='N',
                     help='input batch size for testing (default: 256)')
-parser.add_argument('--epochs', type=int, default=2, metavar='N',
-                    help='number of epochs to train (default: 2)')
+parser.add_argument('--epochs', type=int, default=1, metavar='N',
+                    help='number of epochs to train (default: 1)')
 parser.add_argument('--lr', type=float, default=0.05, metavar='LR',
                     help='learning rate (default: 0.05)')
 parser.add_argument('--momentum', type=float, default=0.5, metavar='M',
@@ -124,7 +124,7 @@ if __name__ == '__main__':
     else:
         device = torch.device("cpu")
 
-    dataset1 = synthetic_mnist(384, 0)
+    dataset1 = synthetic_mnist(256, 0)
     dataset2 = synthetic_mnist(256, 1)
     kwargs = {'batch_size': args.batch_size,
               'shuffle': True}

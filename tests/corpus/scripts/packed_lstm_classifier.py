@@ -60,7 +60,7 @@ def batches(seqs, labels, batch_size, rng, shuffle=True):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--rnn", default="LSTM", choices=["LSTM", "GRU"])
-    parser.add_argument("--epochs", type=int, default=4)
+    parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--lr", type=float, default=5e-3)
     parser.add_argument("--clip", type=float, default=1.0)
