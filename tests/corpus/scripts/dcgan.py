@@ -5,7 +5,6 @@ Follows the layout of the well-known DCGAN example: argparse options, `weights_i
 the device, BCE loss with real/fake labels, Adam with beta1=0.5, cudnn.benchmark.
 """
 import argparse
-import os
 import random
 import tempfile
 

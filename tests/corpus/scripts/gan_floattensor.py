@@ -4,7 +4,6 @@ Variables, `Tensor(...)` constructors picked by `cuda`, `.cuda()` on modules and
 BatchNorm1d layers in the generator, latent noise drawn with numpy on the host.
 """
 import argparse
-import os
 
 import numpy as np
 import torch

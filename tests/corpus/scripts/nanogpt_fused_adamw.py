@@ -182,9 +182,9 @@ class GPT(nn.Module):
 
 parser = argparse.ArgumentParser()
 parser.add_argument('--batch_size', '--batch-size', dest='batch_size', type=int, default=8)
-parser.add_argument('--max_iters', '--steps', dest='max_iters', type=int, default=30)
+parser.add_argument('--max_iters', '--steps', dest='max_iters', type=int, default=20)
 parser.add_argument('--eval_interval', type=int, default=10)
-parser.add_argument('--eval_iters', type=int, default=4)
+parser.add_argument('--eval_iters', type=int, default=2)
 parser.add_argument('--log_interval', '--log-interval', dest='log_interval', type=int, default=5)
 parser.add_argument('--gradient_accumulation_steps', type=int, default=2)
 parser.add_argument('--learning_rate', '--lr', dest='learning_rate', type=float, default=3e-3)

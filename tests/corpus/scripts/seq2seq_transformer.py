@@ -172,7 +172,7 @@ def greedy_decode(model, src, src_mask, max_len, start_symbol):
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument('--epochs', type=int, default=8)
+    parser.add_argument('--epochs', type=int, default=5)
     parser.add_argument('--batch-size', type=int, default=32)
     parser.add_argument('--lr', type=float, default=1e-3)
     parser.add_argument('--emb-size', type=int, default=32)

@@ -53,7 +53,7 @@ def generate_sine_wave(T=20, L=60, N=24, seed=2):
 
 if __name__ == '__main__':
     parser = argparse.ArgumentParser()
-    parser.add_argument('--steps', type=int, default=4, help='steps to run')
+    parser.add_argument('--steps', type=int, default=3, help='steps to run')
     parser.add_argument('--lr', type=float, default=0.8)
     parser.add_argument('--seed', type=int, default=0)
     opt = parser.parse_args()
@@ -73,7 +73,7 @@ if __name__ == '__main__':
     seq.to(device)
     criterion = nn.MSELoss()
     # use LBFGS as optimizer since we can load the whole data to train
-    optimizer = optim.LBFGS(seq.parameters(), lr=opt.lr, max_iter=8)
+    optimizer = optim.LBFGS(seq.parameters(), lr=opt.lr, max_iter=6)
     # begin to train
     for i in range(opt.steps):
         print('STEP: ', i)
