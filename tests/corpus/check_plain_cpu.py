@@ -159,6 +159,12 @@ def run_once(cmd, timeout, env=None):
         return rc, time.perf_counter() - t0, _children_cpu() - c0, out, err
 
 
+def significant_digits(token):
+    """Significant digits printed in a number token ('0.000824' -> 3, '2.3012e+00' -> 5)."""
+    mantissa = re.split(r"[eE]", token.lstrip("+-"))[0].replace(".", "").lstrip("0")
+    return len(mantissa) if mantissa else 1
+
+
 def max_rel_diff(a, b):
     """Largest relative difference between two loss lists (inf when their lengths differ)."""
     if len(a) != len(b):
@@ -196,6 +202,8 @@ def check_entry(entry, runs, timeout, hal=None, compare=False, rtol=1e-4, max_se
     best = min(r["seconds"] for r in results)
     cpu = min(r["cpu_seconds"] for r in results)
     warnings = []
+    if ok_runs and ok_runs[0]["losses"] and significant_digits(ok_runs[0]["losses"][-1]) < 6:
+        warnings.append(f"final loss {ok_runs[0]['losses'][-1]} has fewer than 6 significant digits")
     if best > max_seconds and not hal:
         # wall time depends on what else the machine runs: a warning unless --strict-time
         (problems if strict_time else warnings).append(f"slow: {best:.1f}s > {max_seconds:g}s")

@@ -78,7 +78,7 @@ def main():
             loss.backward()
             optimizer.step()
             if batch_idx % args.log_interval == 0:
-                print("Train Epoch: {} [{}/{} ({:.0f}%)]\tLoss: {:.6f}".format(
+                print("Train Epoch: {} [{}/{} ({:.0f}%)]\tLoss: {:.8f}".format(
                     epoch, batch_idx * len(data), len(x_train), 100.0 * batch_idx / n_batches, loss.item()))
         scheduler.step()
 
@@ -91,7 +91,7 @@ def main():
             correct = (output.argmax(1) == target).sum().item()
         if use_accel:
             torch.accelerator.synchronize()
-        print("\nTest set: Average loss: {:.6f}, Accuracy: {}/{} ({:.0f}%)\n".format(
+        print("\nTest set: Average loss: {:.8f}, Accuracy: {}/{} ({:.0f}%)\n".format(
             test_loss, correct, len(x_test), 100.0 * correct / len(x_test)))
 
 

@@ -86,4 +86,4 @@ for epoch in range(args.epochs):
         loss.backward()
         optimizer.step()
         running += loss.item()
-    print("[epoch %d] loss: %.6f" % (epoch + 1, running / len(rand_loader)))
+    print("[epoch %d] loss: %.8f" % (epoch + 1, running / len(rand_loader)))

@@ -97,7 +97,7 @@ class Trainer:
         total /= len(self.train_data)
         dist.all_reduce(total)  # sum over ranks
         if self.gpu_id == 0:
-            print(f"[GPU{self.gpu_id}] Epoch {epoch} | Loss {total.item() / dist.get_world_size():.6f}")
+            print(f"[GPU{self.gpu_id}] Epoch {epoch} | Loss {total.item() / dist.get_world_size():.8f}")
 
     def _save_snapshot(self, epoch):
         snapshot = {

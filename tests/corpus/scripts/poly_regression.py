@@ -80,12 +80,12 @@ for batch_idx in count(1):
         param.data.add_(-args.lr * param.grad)
 
     if batch_idx % args.log_interval == 0:
-        print('Batch {}: loss {:.6f}'.format(batch_idx, loss))
+        print('Batch {}: loss {:.6e}'.format(batch_idx, loss))
 
     # Stop criterion
     if loss < args.threshold or batch_idx >= args.max_batches:
         break
 
-print('Loss: {:.6f} after {} batches'.format(loss, batch_idx))
+print('Loss: {:.6e} after {} batches'.format(loss, batch_idx))
 print('==> Learned function:\t' + poly_desc(fc.weight.view(-1).cpu(), fc.bias.cpu()))
 print('==> Actual function:\t' + poly_desc(W_target.view(-1), b_target))
