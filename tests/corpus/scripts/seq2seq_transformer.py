@@ -172,7 +172,7 @@ def greedy_decode(model, src, src_mask, max_len, start_symbol):
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument('--epochs', type=int, default=5)
+    parser.add_argument('--epochs', type=int, default=4)
     parser.add_argument('--batch-size', type=int, default=32)
     parser.add_argument('--lr', type=float, default=1e-3)
     parser.add_argument('--emb-size', type=int, default=32)
@@ -186,7 +186,7 @@ def main():
     torch.manual_seed(args.seed)
 
     rng = random.Random(args.seed)
-    train_pairs = make_pairs(256, rng)
+    train_pairs = make_pairs(192, rng)
     val_pairs = make_pairs(64, rng)
 
     transformer = Seq2SeqTransformer(2, 2, args.emb_size, args.nhead, VOCAB_SIZE, VOCAB_SIZE,
