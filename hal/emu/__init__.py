@@ -15,9 +15,10 @@ author copies::
 """
 from hal import __version__  # the emulator ships with hal
 from hal.emu._device import DEVICE_TYPE, install, is_installed, privateuse1_owner
-from hal.emu._dispatch import FallbackWarning, fallback_report, reset_fallback_report, uncounted
+from hal.emu._dispatch import (FallbackWarning, fallback_report, fallback_route, reset_fallback_report,
+                                set_fallback_route, uncounted)
 from hal.emu._profile import native_packets, profile
 
 __all__ = ["__version__", "DEVICE_TYPE", "FallbackWarning", "fallback_report", "install",
            "is_installed", "native_packets", "privateuse1_owner", "profile",
-           "reset_fallback_report", "uncounted"]
+           "reset_fallback_report", "fallback_route", "set_fallback_route", "uncounted"]

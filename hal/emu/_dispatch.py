@@ -1,17 +1,25 @@
-"""Op routing of the emulated device: native kernel → decomposition → host computation.
+"""Op routing of the emulated device: native kernels, and the fallback for the rest.
 
 Every aten op that reaches the ``emu`` device (after autograd and the composite kernels:
 what a vendor kernel would receive) is routed:
 
-1. ops of the native profile (``hal/data/emu_profile.json``) run on the host bytes in C++ —
-   the emulator's "kernels";
-2. ops with an aten-level entry in torch's decomposition table get a ``PrivateUse1`` kernel
-   here that runs the decomposition; its pieces are routed again, so they land on native
-   ops where they can;
-3. anything else is a host computation (C++): torch's CPU kernel on the host bytes.
+1. ops of the native profile (``hal/data/emu_profile.json``) run as torch's CPU kernel on
+   the same bytes, in C++ — the emulator's "kernels";
+2. every other op is a fallback, counted per op and listed by :func:`fallback_report`, by
+   one of two routes (``HAL_EMU_FALLBACK``, or :func:`set_fallback_route`):
 
-Steps 2 and 3 are fallbacks, counted per op and listed by :func:`fallback_report`; the
-first fallback of each op is announced once (:class:`FallbackWarning` at the line of the
+   * ``host`` (default): torch's CPU kernel on the same bytes, so the numbers are the
+     CPU's — a dropout-free run on emu matches the CPU.  Ops torch would otherwise run as a
+     composite on a device lacking them (``native_layer_norm``, ``native_group_norm``) are
+     routed here too, for the same reason;
+   * ``decomposition``: torch's aten-level decomposition (``torch._decomp``) first, its
+     pieces routed again, the host when there is none — the compositions a vendor plugin's
+     fallback runs.  Values then differ from the CPU's at float32 rounding, which training
+     can amplify.
+
+   Ops without a CPU kernel are decomposed whatever the route (there is nothing else).
+
+The first fallback of each op is announced once (:class:`FallbackWarning` at the line of the
 caller's code that led to it; ``hal run`` prints one line on rank 0 instead).  Calls hal
 makes for itself are not counted (:func:`uncounted`).
 """
@@ -193,26 +201,96 @@ def _decompositions():
         yield op, fn
 
 
-def configure(native_module) -> int:
-    """Give the C++ router the native set and register the decomposition kernels; returns
-    how many ops got one."""
+#: values of HAL_EMU_FALLBACK
+ROUTES = ("host", "decomposition")
+_route = "host"
+_decomp_lib: Optional[torch.library.Library] = None
+
+
+def _has_cpu_kernel(qualified: str) -> bool:
+    return torch._C._dispatch_has_computed_kernel_for_dispatch_key(qualified, "CPU")
+
+
+def _composites_with_cpu_kernels() -> List[str]:
+    """Ops torch runs as a composite on a device lacking them although the CPU has a kernel
+    of its own (``native_layer_norm``): the host route claims them so that emu computes what
+    the CPU computes."""
+    names = []
+    for qualified in torch._C._dispatch_get_all_op_names():
+        if not qualified.startswith("aten::"):
+            continue
+        has = lambda key: torch._C._dispatch_has_kernel_for_dispatch_key(qualified, key)  # noqa: E731
+        if has("CPU") and has("CompositeExplicitAutograd") and not has("PrivateUse1") \
+                and not has("CompositeExplicitAutogradNonFunctional"):
+            names.append(qualified[len("aten::"):])
+    return sorted(names)
+
+
+def _register(lib: torch.library.Library, ops) -> int:
+    n = 0
+    for op, fn, qualified in ops:
+        try:
+            lib.impl(qualified.split("::", 1)[1], _decomposition_kernel(op, fn, qualified), "PrivateUse1")
+        except RuntimeError:  # an op torch does not let Python register: the host takes it
+            continue
+        n += 1
+    return n
+
+
+def _decomposable():
+    """``(op, decomposition, qualified name, has a CPU kernel)`` of every non-native op that
+    reaches the device and has an aten-level decomposition."""
+    for op, fn in _decompositions():
+        # the dispatcher's name: aten::gelu, aten::add.Tensor
+        qualified = op._schema.name + ("" if op._overloadname == "default" else f".{op._overloadname}")
+        if is_native(op._schema.name) or not _reaches_device(qualified):
+            continue
+        yield op, fn, qualified, _has_cpu_kernel(qualified)
+
+
+def set_fallback_route(route: str) -> None:
+    """Choose how ops outside the native set run: ``"host"`` (torch's CPU kernel: the CPU's
+    numbers) or ``"decomposition"`` (torch._decomp compositions first, as a vendor plugin's
+    fallback runs them).  Takes effect for the next op."""
+    global _route, _decomp_lib
+    if route not in ROUTES:
+        raise ValueError(f"emu: fallback route {route!r} is not one of {', '.join(ROUTES)} "
+                         f"(HAL_EMU_FALLBACK)")
+    if _decomp_lib is not None:
+        _decomp_lib._destroy()
+        _decomp_lib = None
+    if route == "decomposition":
+        _C.claim_ops([])
+        _decomp_lib = torch.library.Library("aten", "IMPL")
+        _register(_decomp_lib, [(op, fn, q) for op, fn, q, cpu in _decomposable() if cpu])
+    else:
+        _C.claim_ops([n for n in _composites_with_cpu_kernels() if n not in _always_decomposed])
+    _route = route
+
+
+def fallback_route() -> str:
+    """The route ops outside the native set take now (see :func:`set_fallback_route`)."""
+    return _route
+
+
+_always_decomposed: set = set()
+
+
+def configure(native_module, route: Optional[str] = None) -> None:
+    """Give the C++ router the native set and the observer, register the decompositions of
+    ops without a CPU kernel, and take the fallback route (``HAL_EMU_FALLBACK``, default host)."""
     global _C
     _C = native_module
     _C.set_native_ops(sorted(native_packets()), False)
     _C.set_fallback_observer(_on_host_fallback)
     lib = torch.library.Library("aten", "IMPL")
-    registered = 0
-    for op, fn in _decompositions():
-        # the dispatcher's name: aten::gelu, aten::add.Tensor
-        qualified = op._schema.name + ("" if op._overloadname == "default" else f".{op._overloadname}")
-        if is_native(op._schema.name):
-            continue
-        if not _reaches_device(qualified):
-            continue
-        try:
-            lib.impl(qualified.split("::", 1)[1], _decomposition_kernel(op, fn, qualified), "PrivateUse1")
-        except RuntimeError:  # an op torch does not let Python register: the host takes it
-            continue
-        registered += 1
+    without_cpu = [(op, fn, q) for op, fn, q, cpu in _decomposable() if not cpu]
+    _register(lib, without_cpu)
+    _always_decomposed.update(q.split("::", 1)[1] for _, _, q in without_cpu)
     _libs.append(lib)
-    return registered
+    route = route or os.environ.get("HAL_EMU_FALLBACK", "").strip() or "host"
+    if route not in ROUTES:
+        from hal._errors import HalError
+        raise HalError(f"HAL_EMU_FALLBACK={route!r}: expected one of {', '.join(ROUTES)}; "
+                       f"unset it for 'host' (the CPU's kernels, so emu matches the CPU)")
+    set_fallback_route(route)

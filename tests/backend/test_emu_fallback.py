@@ -1,4 +1,5 @@
-"""The emulator's global fallback: decomposition first, host computation else; counted, warned once."""
+"""The emulator's fallback for ops outside its native set: the CPU's kernel (default) or torch's
+decompositions first; counted, announced once."""
 import pytest
 import torch
 
@@ -28,14 +29,40 @@ def test_native_ops_are_not_reported():
     assert hal.fallback_report() == []
 
 
-def test_op_with_a_torch_decomposition_is_decomposed_and_counted():
+def test_by_default_a_fallback_runs_the_cpus_kernel_and_gives_the_cpus_numbers():
+    assert hal.emu.fallback_route() == "host"
+    x = torch.linspace(-2, 2, 12).view(3, 4)
+    with pytest.warns(hal.emu.FallbackWarning, match=r"aten::_softmax\.out.*host"):
+        y = torch.softmax(x.to("emu"), dim=-1)
+    assert torch.equal(y.cpu(), torch.softmax(x, dim=-1))  # bit for bit
+    assert _row("aten::_softmax.out") == {"op": "aten::_softmax.out", "route": "host", "count": 1}
+    # torch's composite for devices without a layer norm is not taken: the CPU's kernel is
+    ln = torch.nn.LayerNorm(4)
+    assert torch.equal(ln.to("emu")(x.to("emu")).cpu(), ln.cpu()(x))
+    assert _row("aten::native_layer_norm")["route"] == "host"
+
+
+@pytest.fixture
+def decomposition_route():
+    hal.emu.set_fallback_route("decomposition")
+    yield
+    hal.emu.set_fallback_route("host")
+
+
+def test_op_with_a_torch_decomposition_is_decomposed_and_counted(decomposition_route):
     x = torch.linspace(-2, 2, 12).view(3, 4)
     with pytest.warns(hal.emu.FallbackWarning, match=r"aten::_softmax\.out.*decomposed"):
         y = torch.softmax(x.to("emu"), dim=-1)
     torch.testing.assert_close(y.cpu(), torch.softmax(x, dim=-1))
     assert _row("aten::_softmax.out") == {"op": "aten::_softmax.out", "route": "decomposition", "count": 1}
-    # softmax reaches the device as _softmax.out (a structured op's out= form); its pieces (amax, sub, exp, sum, div) are native, so nothing else fell back
+    # softmax reaches the device as _softmax.out (a structured op's out= form); its pieces
+    # (amax, sub, exp, sum, div) are native, so nothing else fell back
     assert [r["op"] for r in hal.fallback_report()] == ["aten::_softmax.out"]
+
+
+def test_unknown_fallback_route_is_refused_with_the_choices():
+    with pytest.raises(ValueError, match="'gpu'.*host, decomposition"):
+        hal.emu.set_fallback_route("gpu")
 
 
 def test_op_without_decomposition_runs_on_the_host():

@@ -76,7 +76,14 @@ def _compare(op, got, ref):
     torch.testing.assert_close(got, ref, equal_nan=True, atol=1e-4, rtol=1e-4, check_device=False)
 
 
-def test_every_op_of_torchs_opinfo_database_runs_and_matches_the_cpu():
+@pytest.fixture(params=["host", "decomposition"])
+def route(request):
+    hal.emu.set_fallback_route(request.param)
+    yield request.param
+    hal.emu.set_fallback_route("host")
+
+
+def test_every_op_of_torchs_opinfo_database_runs_and_matches_the_cpu(route):
     failures, ran = [], 0
     for op in _ops():
         try:

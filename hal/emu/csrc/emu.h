@@ -87,6 +87,11 @@ void set_fallback_observer(std::function<void(const std::string&)> observer);
 bool set_counting(bool on);  // thread-local; returns the previous value
 bool counting();
 
+// route these aten ops (names with overload, e.g. "native_layer_norm") through the router even
+// though torch has a composite kernel for them, so they run as the CPU runs them; replaces the
+// previous set (empty: torch's composites again)
+void claim_ops(const std::vector<std::string>& names);
+
 // run ``op`` on the host bytes of its emu arguments (the router's host path)
 void host_call(const c10::OperatorHandle& op, torch::jit::Stack* stack, bool count);
 

@@ -356,6 +356,20 @@ void host_call(const c10::OperatorHandle& op, torch::jit::Stack* stack, bool cou
   }
 }
 
+namespace {
+std::mutex g_claim_mutex;
+std::unique_ptr<torch::Library> g_claimed;
+}  // namespace
+
+void claim_ops(const std::vector<std::string>& names) {
+  std::lock_guard<std::mutex> lock(g_claim_mutex);
+  g_claimed.reset();  // deregisters the previous claims
+  if (names.empty()) return;
+  g_claimed = std::make_unique<torch::Library>(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1,
+                                               __FILE__, __LINE__);
+  for (const auto& name : names) g_claimed->impl(name.c_str(), torch::CppFunction::makeFromBoxedFunction<&route>());
+}
+
 void set_native_ops(const std::vector<std::string>& packets, bool all) {
   std::lock_guard<std::mutex> lock(g_native_mutex);
   g_native = std::unordered_set<std::string>(packets.begin(), packets.end());

@@ -70,7 +70,7 @@ def main():
     parser = argparse.ArgumentParser(description="ConvNet + BatchNorm with a seeded DataLoader")
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--epochs", type=int, default=2)
-    parser.add_argument("--lr", type=float, default=0.01)
+    parser.add_argument("--lr", type=float, default=3e-3)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--log-interval", type=int, default=2)
@@ -104,7 +104,7 @@ def main():
                             num_workers=args.workers, pin_memory=True)
 
     model = ConvNet().to(device)
-    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
+    optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
     criterion = nn.CrossEntropyLoss()
 
     for epoch in range(1, args.epochs + 1):
