@@ -14,6 +14,7 @@
 #include <ATen/core/stack.h>
 #include <ATen/native/Resize.h>
 #include <ATen/native/TensorFactories.h>
+#include <ATen/native/transformers/attention.h>
 #include <ATen/ops/_reshape_alias_native.h>
 #include <ATen/ops/as_strided_native.h>
 #include <ATen/ops/unfold_native.h>
@@ -741,6 +742,18 @@ at::Tensor batch_norm_backward_elemt(const at::Tensor& grad_out, const at::Tenso
   return h.out(g.to(input.scalar_type()));
 }
 
+// scaled_dot_product_attention asks the device which fused kernel to use; the CPU's answer
+// (its flash kernel where it applies, else math) keeps emu's attention the CPU's, bit for bit
+int64_t fused_sdp_choice(const at::Tensor& query, const at::Tensor& key, const at::Tensor& value,
+                         const std::optional<at::Tensor>& attn_mask, double dropout_p, bool is_causal,
+                         std::optional<double> scale, bool enable_gqa) {
+  OnHost h(query);
+  at::Tensor mask = h.in(attn_mask);
+  return at::_fused_sdp_choice(h.in(query), h.in(key), h.in(value),
+                               mask.defined() ? std::optional<at::Tensor>(mask) : std::nullopt, dropout_p, is_causal,
+                               scale, enable_gqa);
+}
+
 at::Tensor as_strided(const at::Tensor& self, c10::IntArrayRef size, c10::IntArrayRef stride,
                       std::optional<int64_t> offset) {
   return at::native::as_strided_tensorimpl(self, size, stride, offset);
@@ -779,6 +792,14 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("batch_norm_backward_reduce", batch_norm_backward_reduce);
   m.impl("batch_norm_backward_elemt", batch_norm_backward_elemt);
 }
+
+}  // namespace hal_emu
+
+namespace at::native {
+REGISTER_PRIVATEUSE1_DISPATCH(_fused_sdp_choice_stub, &hal_emu::fused_sdp_choice)
+}  // namespace at::native
+
+namespace hal_emu {
 
 // copies handle the conjugate and negative bits themselves (the host copy_ resolves them);
 // torch's fallbacks for those keys would materialise through clone -> copy_ -> _copy_from again
