@@ -9,6 +9,7 @@ by the module its frame belongs to: one ``sys._getframe`` and a prefix test on
 """
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from typing import Optional
@@ -33,6 +34,7 @@ def from_inside(depth: int = 2) -> bool:
     return bool(name) and (name in INTERNAL_NAMES or name.startswith(INTERNAL_PREFIXES))
 
 
+@functools.lru_cache(maxsize=256)
 def _short(path: str) -> str:
     try:
         rel = os.path.relpath(path)
@@ -48,7 +50,7 @@ def user_site(depth: int = 1) -> Optional[str]:
     f = _getframe(depth)
     while f is not None:
         name = f.f_globals.get("__name__") or ""
-        if not is_internal(name) and name.partition(".")[0] not in _STDLIB:
+        if not (name in INTERNAL_NAMES or name.startswith(INTERNAL_PREFIXES)) and name.partition(".")[0] not in _STDLIB:
             filename = f.f_code.co_filename
             if not filename.startswith("<frozen"):
                 return f"{_short(filename)}:{f.f_lineno}"

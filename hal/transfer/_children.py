@@ -14,8 +14,8 @@ import os
 from hal.transfer._shim import Transfer
 
 BOOTSTRAP = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_spawned_main.py")
-#: set in a spawned child's environment: the backend its parent ran the script on
-ENV = "HAL_RUN_CHILD_BACKEND"
+#: set for spawned children: the backend the parent runs on, and the script's path
+ENV_BACKEND, ENV_SCRIPT = "HAL_RUN_CHILD_BACKEND", "HAL_RUN_CHILD_SCRIPT"
 
 
 def install(t: Transfer, script: str) -> None:
@@ -28,8 +28,8 @@ def install(t: Transfer, script: str) -> None:
         argv = data.get("sys_argv") or [""]
         if data.get("init_main_from_path") == script and os.path.abspath(argv[0]) == script:
             data["init_main_from_path"] = BOOTSTRAP
-            os.environ[ENV] = t.backend.name
+            os.environ[ENV_BACKEND], os.environ[ENV_SCRIPT] = t.backend.name, script
         return data
 
     t.patch(spawn, "get_preparation_data", get_preparation_data)
-    t.on_restore(lambda: os.environ.pop(ENV, None))
+    t.on_restore(lambda: [os.environ.pop(k, None) for k in (ENV_BACKEND, ENV_SCRIPT)])

@@ -139,7 +139,21 @@ def _register_jit_builtin(t: Transfer, wrapper: Callable, op: str) -> None:
 
 
 # -- the generic wrappers ------------------------------------------------------------------
+def _warm_torch_tables() -> None:
+    """Let torch build the tables it keys by function object (the default-device
+    constructors, the TorchScript builtins) from the original functions, before any is
+    replaced: they are built once, on first use."""
+    from torch.utils._device import _device_constructors
+    _device_constructors()
+    try:
+        from torch.jit._builtins import _get_builtin_table
+        _get_builtin_table()
+    except Exception:  # a torch without the private table
+        pass
+
+
 def _install_generic(t: Transfer) -> None:
+    _warm_torch_tables()
     seen = set()
     for owner, attr, pos, op in device_calls():
         key = (_owner_path(owner), attr)
@@ -203,12 +217,16 @@ def _install_tensor(t: Transfer) -> None:
             return orig_pin(self)
         busy.on = True
         try:
-            return backend.pin_memory(self)
+            pinned = backend.pin_memory(self)
         except NotSupported as exc:
             t.log.not_redirected("Tensor.pin_memory()", f"{exc}; the tensor is left as it is (values unchanged)")
             return self
         finally:
             busy.on = False
+        if pinned is self:
+            t.log.not_redirected("Tensor.pin_memory()", f"{backend.name}: no device to pin host memory for; "
+                                 f"the tensor is left as it is (values unchanged)")
+        return pinned
 
     def is_pinned(self, device=None):
         if t.device_type == "cpu":  # nothing is pinned for the CPU backend (pin_memory is a no-op)

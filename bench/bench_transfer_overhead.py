@@ -1,0 +1,181 @@
+"""What the transfer shim (``hal run`` / ``hal.transfer.enable()``) costs on the CPU.
+
+Baseline: raw torch on the CPU, the same model and step, measured side by side.
+
+1. per step, in one process: one training step (forward, backward, optimizer step, and the
+   script's per-batch ``.cuda()`` / ``.to("cuda")``) of a small MLP + AdamW and a small CNN
+   + SGD, under ``hal.transfer.enable()`` on the cpu backend, against the same step in raw
+   torch (``.to("cpu")`` in place of the CUDA moves).  Variants are interleaved inside each
+   repeat, so that load from other processes hits them alike;
+2. the whole command, in fresh processes: ``HAL_BACKEND=cpu hal run script.py`` against
+   ``python script.py`` for a short device-agnostic training script (start-up included),
+   interleaved, repeated.
+
+Each line prints the median and the spread (min-max) over repeats, and the ratio of the
+medians against raw torch.
+
+Usage: python bench/bench_transfer_overhead.py [--steps 50] [--repeats 9] [--runs 7] [--json]
+"""
+import argparse
+import contextlib
+import json
+import logging
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+import warnings
+
+import torch
+
+import hal.transfer
+from hal.registry import Registry
+
+
+def mlp():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.GELU(), torch.nn.LayerNorm(512),
+                                torch.nn.Linear(512, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10))
+    return model, lambda p: torch.optim.AdamW(p, lr=1e-3), (64, 256)
+
+
+def cnn():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 16, 3, padding=1), torch.nn.BatchNorm2d(16), torch.nn.ReLU(),
+                                torch.nn.MaxPool2d(2), torch.nn.Conv2d(16, 32, 3, padding=1), torch.nn.ReLU(),
+                                torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(32, 10))
+    return model, lambda p: torch.optim.SGD(p, lr=1e-2, momentum=0.9), (32, 3, 32, 32)
+
+
+def make_step(build, device):
+    """A CUDA script's step: batches moved with .cuda() / .to(device) each step."""
+    model, make_opt, shape = build()
+    if device == "cuda":
+        model = model.cuda()
+    opt = make_opt(model.parameters())
+    g = torch.Generator().manual_seed(1)
+    x, y = torch.randn(*shape, generator=g), torch.randint(0, 10, (shape[0],), generator=g)
+
+    def step():
+        xb = x.cuda(non_blocking=True) if device == "cuda" else x.to(device, non_blocking=True)
+        yb = y.to(device)
+        loss = torch.nn.functional.cross_entropy(model(xb), yb)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+    return step
+
+
+def per_step(steps, repeats, backend):
+    shim = lambda: hal.transfer.enable(backend)  # noqa: E731 - on only while its variant runs
+    out = {}
+    for name, build in (("mlp_adamw", mlp), ("cnn_sgd", cnn)):
+        with shim():
+            shimmed = make_step(build, "cuda")
+        variants = {"raw": (make_step(build, "cpu"), contextlib.nullcontext), "shim": (shimmed, shim)}
+        for step, ctx in variants.values():
+            with ctx():
+                for _ in range(5):
+                    step()
+        times = {k: [] for k in variants}
+        for r in range(repeats):
+            order = list(variants) if r % 2 == 0 else list(reversed(variants))
+            for k in order:
+                step, ctx = variants[k]
+                with ctx():
+                    t0 = time.perf_counter()
+                    for _ in range(steps):
+                        step()
+                    times[k].append((time.perf_counter() - t0) / steps * 1e3)
+        out[name] = times
+    return out
+
+
+SCRIPT = textwrap.dedent("""
+    import torch
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.ReLU(), torch.nn.Linear(512, 10)).to(dev)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    x, y = torch.randn(64, 256), torch.randint(0, 10, (64,))
+    for _ in range({steps}):
+        loss = torch.nn.functional.cross_entropy(model(x.to(dev)), y.to(dev))
+        opt.zero_grad(); loss.backward(); opt.step()
+    print(dev, float(loss))
+""")
+
+
+def whole_command(runs, steps):
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "train.py")
+        with open(path, "w") as f:
+            f.write(SCRIPT.format(steps=steps))
+        env = {k: v for k, v in os.environ.items() if not k.startswith("HAL_")}
+        env.update(HAL_BACKEND="cpu", HAL_RUN_QUIET="1", OMP_NUM_THREADS="1")
+        cmds = {"raw": [sys.executable, path], "hal_run": [sys.executable, "-m", "hal", "run", path]}
+        times = {k: [] for k in cmds}
+        for r in range(runs + 1):
+            order = list(cmds) if r % 2 == 0 else list(reversed(cmds))
+            for k in order:
+                t0 = time.perf_counter()
+                proc = subprocess.run(cmds[k], env=env, capture_output=True, text=True)
+                dt = time.perf_counter() - t0
+                if proc.returncode != 0:
+                    raise SystemExit(f"{' '.join(cmds[k])} failed:\n{proc.stderr[-2000:]}")
+                if r:  # the first round warms the file cache
+                    times[k].append(dt)
+    return times
+
+
+def _line(label, values, base, unit):
+    med = statistics.median(values)
+    return (f"  {label:20s} {med:9.3f} {unit}  (spread {min(values):.3f}-{max(values):.3f})  "
+            f"ratio {med / statistics.median(base):.3f}x")
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--steps", type=int, default=50, help="steps per timed repeat")
+    p.add_argument("--repeats", type=int, default=9, help="interleaved repeats of the per-step timing")
+    p.add_argument("--runs", type=int, default=7, help="fresh processes per command")
+    p.add_argument("--script-steps", type=int, default=200, help="training steps of the command's script")
+    p.add_argument("--no-command", action="store_true", help="measure the per-step cost only")
+    p.add_argument("--json", action="store_true")
+    args = p.parse_args()
+    warnings.simplefilter("ignore")
+    logging.getLogger("hal.transfer").setLevel(logging.ERROR)
+    torch.set_num_threads(1)
+    backend = Registry(env={"HAL_BACKEND": "cpu"}).selected().backend
+
+    steps = per_step(args.steps, args.repeats, backend)
+    command = None if args.no_command else whole_command(args.runs, args.script_steps)
+    res = {
+        "baseline": "raw torch on the CPU (same model, step and script)",
+        "machine": {"cpus": os.cpu_count(), "threads": torch.get_num_threads(), "torch": torch.__version__},
+        "per_step_ms": steps,
+        "command_s": command,
+        "ratio": {f"{k}_step": statistics.median(v["shim"]) / statistics.median(v["raw"]) for k, v in steps.items()},
+    }
+    if command is not None:
+        res["ratio"]["command"] = statistics.median(command["hal_run"]) / statistics.median(command["raw"])
+    if args.json:
+        print(json.dumps(res, indent=2))
+        return
+    print(f"baseline: {res['baseline']}; {torch.get_num_threads()} thread, median of {args.repeats} "
+          f"interleaved repeats x {args.steps} steps")
+    for k, v in steps.items():
+        print(f"{k}: ms/step")
+        print(_line("raw torch", v["raw"], v["raw"], "ms"))
+        print(_line("hal.transfer (cpu)", v["shim"], v["raw"], "ms"))
+    if command is None:
+        return
+    print(f"whole command ({args.script_steps}-step script, fresh processes, median of {args.runs}): s")
+    print(_line("python script.py", command["raw"], command["raw"], "s"))
+    print(_line("hal run script.py", command["hal_run"], command["raw"], "s"))
+
+
+if __name__ == "__main__":
+    main()
