@@ -18,8 +18,11 @@ _getframe = sys._getframe
 #: modules whose calls get torch's real answers and never appear in the run report
 INTERNAL_PREFIXES = ("torch.", "hal.")
 INTERNAL_NAMES = frozenset({"torch", "hal"})
+#: not the user's code either: the standard library, and typing_extensions (its backport,
+#: whose @deprecated wraps torch.cuda.amp's classes)
 _STDLIB = frozenset(getattr(sys, "stdlib_module_names", ())) | {"runpy", "contextlib", "functools",
-                                                                  "threading", "multiprocessing"}
+                                                                  "threading", "multiprocessing",
+                                                                  "typing_extensions"}
 
 
 def is_internal(name: Optional[str]) -> bool:

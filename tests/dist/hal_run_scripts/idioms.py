@@ -190,7 +190,7 @@ def dataloader_pin_memory_workers_and_adam():
         opt.zero_grad()
         loss.backward()
         opt.step()
-    return {"param": m.weight.device.type, "loss": float(loss)}
+    return {"param": m.weight.device.type, "loss": loss.item()}
 
 
 def main():

@@ -27,7 +27,7 @@ def main():
         try:
             state = torch.load(path, **kwargs)
             w = state["w"]
-            results[name] = {"ok": True, "device": w.device.type, "values": w.cpu().tolist()}
+            results[name] = {"ok": True, "device": str(w.device), "values": w.cpu().tolist()}
         except Exception as exc:
             results[name] = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
     with open(out, "w") as f:
