@@ -11,6 +11,10 @@ Baseline: raw torch on the CPU, the same model and step, measured side by side.
    ``python script.py`` for a short device-agnostic training script (start-up included),
    interleaved, repeated.
 
+3. per call: the wrappers alone (``x.to("cpu")``, ``torch.zeros(3)``), and the caller check
+   that gives torch's own code the real ``torch.cuda.is_available()`` (called from a module
+   named ``torch.*``), each against the same call in raw torch.
+
 Each line prints the median and the spread (min-max) over repeats, and the ratio of the
 medians against raw torch.
 
@@ -130,6 +134,28 @@ def whole_command(runs, steps):
     return times
 
 
+CALLS = {"x.to('cpu')": "x.to('cpu')", "torch.zeros(3)": "torch.zeros(3)",
+         "torch.cuda.is_available() from torch": "is_available()"}
+
+
+def call_costs(backend, number=20000, repeats=7):
+    """ns per call: raw torch, then under the shim (the last from a torch-internal caller)."""
+    import timeit
+    x = torch.ones(4)
+    # a function whose globals say it is torch's own code, as the DataLoader or an optimizer is
+    inside = {"__name__": "torch._bench_internal", "torch": torch}
+    exec("def is_available():\n    return torch.cuda.is_available()", inside)
+    env = {"torch": torch, "x": x, "is_available": inside["is_available"]}
+
+    def measure():
+        return {k: [t / number * 1e9 for t in timeit.repeat(stmt, globals=env, number=number, repeat=repeats)]
+                for k, stmt in CALLS.items()}
+    raw = measure()
+    with hal.transfer.enable(backend):
+        shim = measure()
+    return {k: {"raw": raw[k], "shim": shim[k]} for k in CALLS}
+
+
 def _line(label, values, base, unit):
     med = statistics.median(values)
     return (f"  {label:20s} {med:9.3f} {unit}  (spread {min(values):.3f}-{max(values):.3f})  "
@@ -151,12 +177,14 @@ def main():
     backend = Registry(env={"HAL_BACKEND": "cpu"}).selected().backend
 
     steps = per_step(args.steps, args.repeats, backend)
+    calls = call_costs(backend)
     command = None if args.no_command else whole_command(args.runs, args.script_steps)
     res = {
         "baseline": "raw torch on the CPU (same model, step and script)",
         "machine": {"cpus": os.cpu_count(), "threads": torch.get_num_threads(), "torch": torch.__version__},
         "per_step_ms": steps,
         "command_s": command,
+        "call_ns": calls,
         "ratio": {f"{k}_step": statistics.median(v["shim"]) / statistics.median(v["raw"]) for k, v in steps.items()},
     }
     if command is not None:
@@ -170,6 +198,10 @@ def main():
         print(f"{k}: ms/step")
         print(_line("raw torch", v["raw"], v["raw"], "ms"))
         print(_line("hal.transfer (cpu)", v["shim"], v["raw"], "ms"))
+    print("per call: ns (min of 7 x 20000 calls)")
+    for k, v in calls.items():
+        print(f"  {k:38s} raw {min(v['raw']):6.0f}  shim {min(v['shim']):6.0f}  "
+              f"(+{min(v['shim']) - min(v['raw']):.0f} ns)")
     if command is None:
         return
     print(f"whole command ({args.script_steps}-step script, fresh processes, median of {args.runs}): s")
