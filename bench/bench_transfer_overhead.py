@@ -15,10 +15,11 @@ Baseline: raw torch on the CPU, the same model and step, measured side by side.
    that gives torch's own code the real ``torch.cuda.is_available()`` (called from a module
    named ``torch.*``), each against the same call in raw torch.
 
-Each line prints the median and the spread (min-max) over repeats, and the ratio of the
-medians against raw torch.
+Each line prints the median and the spread (min-max) over repeats, and the ratio against
+raw torch: the median of the ratios of blocks measured next to each other (ABBA order, so
+that a drift of the machine's load cancels), with their spread.
 
-Usage: python bench/bench_transfer_overhead.py [--steps 50] [--repeats 9] [--runs 7] [--json]
+Usage: python bench/bench_transfer_overhead.py [--steps 20] [--repeats 15] [--runs 7] [--json]
 """
 import argparse
 import contextlib
@@ -86,8 +87,8 @@ def per_step(steps, repeats, backend):
                     step()
         times = {k: [] for k in variants}
         for r in range(repeats):
-            order = list(variants) if r % 2 == 0 else list(reversed(variants))
-            for k in order:
+            # ABBA: a slow drift of the machine's load hits both variants alike
+            for k in (["raw", "shim", "shim", "raw"] if r % 2 == 0 else ["shim", "raw", "raw", "shim"]):
                 step, ctx = variants[k]
                 with ctx():
                     t0 = time.perf_counter()
@@ -122,8 +123,7 @@ def whole_command(runs, steps):
         cmds = {"raw": [sys.executable, path], "hal_run": [sys.executable, "-m", "hal", "run", path]}
         times = {k: [] for k in cmds}
         for r in range(runs + 1):
-            order = list(cmds) if r % 2 == 0 else list(reversed(cmds))
-            for k in order:
+            for k in (list(cmds) if r % 2 == 0 else list(reversed(cmds))):
                 t0 = time.perf_counter()
                 proc = subprocess.run(cmds[k], env=env, capture_output=True, text=True)
                 dt = time.perf_counter() - t0
@@ -156,16 +156,22 @@ def call_costs(backend, number=20000, repeats=7):
     return {k: {"raw": raw[k], "shim": shim[k]} for k in CALLS}
 
 
+def _paired(values, base):
+    """Ratios of the variant to the baseline measured next to it, one per repeat."""
+    return [v / b for v, b in zip(values, base)]
+
+
 def _line(label, values, base, unit):
     med = statistics.median(values)
+    ratios = _paired(values, base)
     return (f"  {label:20s} {med:9.3f} {unit}  (spread {min(values):.3f}-{max(values):.3f})  "
-            f"ratio {med / statistics.median(base):.3f}x")
+            f"ratio {statistics.median(ratios):.3f}x (paired, spread {min(ratios):.3f}-{max(ratios):.3f})")
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--steps", type=int, default=50, help="steps per timed repeat")
-    p.add_argument("--repeats", type=int, default=9, help="interleaved repeats of the per-step timing")
+    p.add_argument("--steps", type=int, default=20, help="steps per timed block")
+    p.add_argument("--repeats", type=int, default=15, help="ABBA repeats of the per-step timing")
     p.add_argument("--runs", type=int, default=7, help="fresh processes per command")
     p.add_argument("--script-steps", type=int, default=200, help="training steps of the command's script")
     p.add_argument("--no-command", action="store_true", help="measure the per-step cost only")
@@ -185,15 +191,15 @@ def main():
         "per_step_ms": steps,
         "command_s": command,
         "call_ns": calls,
-        "ratio": {f"{k}_step": statistics.median(v["shim"]) / statistics.median(v["raw"]) for k, v in steps.items()},
+        "ratio": {f"{k}_step": statistics.median(_paired(v["shim"], v["raw"])) for k, v in steps.items()},
     }
     if command is not None:
-        res["ratio"]["command"] = statistics.median(command["hal_run"]) / statistics.median(command["raw"])
+        res["ratio"]["command"] = statistics.median(_paired(command["hal_run"], command["raw"]))
     if args.json:
         print(json.dumps(res, indent=2))
         return
-    print(f"baseline: {res['baseline']}; {torch.get_num_threads()} thread, median of {args.repeats} "
-          f"interleaved repeats x {args.steps} steps")
+    print(f"baseline: {res['baseline']}; {torch.get_num_threads()} thread; {args.repeats} ABBA repeats "
+          f"of {args.steps}-step blocks; ratio = median of the per-repeat ratios")
     for k, v in steps.items():
         print(f"{k}: ms/step")
         print(_line("raw torch", v["raw"], v["raw"], "ms"))

@@ -23,6 +23,8 @@ examples:
   hal run --report run.json train.py           write the run report (schema hal.run/2)
   hal run --json train.py                      print the run report as JSON at the end
   HAL_RUN_QUIET=1 hal run train.py             no redirection lines (as --quiet)
+  HAL_BACKEND=emu HAL_EMU_DEVICES=4 hal run train_4gpu.py
+                                               a script that gates on device_count() >= 4
 
 What is redirected: every torch call that takes a device (factories, .to, .cuda(),
 Module.to/cuda, with torch.device("cuda"), torch.Generator/Stream/Event, torch.load map
@@ -32,7 +34,9 @@ DDP device_ids, DataParallel, torch.compile on devices inductor lacks.  torch's 
 keeps seeing the real torch.cuda answers.  Each redirection is printed once per line of
 the script that made it (rank 0 only); numerics are never changed.  Whatever the script
 does, the summary is printed and the report written; the exit code is the script's
-(1 for an exception).  Details: docs/transfer.md.
+(1 for an exception).  Not redirected: x.is_cuda and x.device == torch.device("cuda")
+(tensors tell their true device), CUDA graphs, custom CUDA kernels.  Details and the
+idiom table: docs/transfer.md.
 """
 
 
