@@ -15,7 +15,9 @@ Baseline: raw torch on the CPU, the same model and step, measured side by side.
    that gives torch's own code the real ``torch.cuda.is_available()`` (called from a module
    named ``torch.*``), each against the same call in raw torch.
 
-Each line prints the median and the spread (min-max) over repeats, and the ratio against
+Times are CPU time (the step's thread; the command's process and its children), which
+other processes on a shared machine do not inflate as they do wall time.  Each line prints
+the median and the spread (min-max) over repeats, and the ratio against
 raw torch: the median of the ratios of blocks measured next to each other (ABBA order, so
 that a drift of the machine's load cancels), with their spread.
 
@@ -26,6 +28,7 @@ import contextlib
 import json
 import logging
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -91,10 +94,10 @@ def per_step(steps, repeats, backend):
             for k in (["raw", "shim", "shim", "raw"] if r % 2 == 0 else ["shim", "raw", "raw", "shim"]):
                 step, ctx = variants[k]
                 with ctx():
-                    t0 = time.perf_counter()
+                    t0 = time.thread_time()
                     for _ in range(steps):
                         step()
-                    times[k].append((time.perf_counter() - t0) / steps * 1e3)
+                    times[k].append((time.thread_time() - t0) / steps * 1e3)
         out[name] = times
     return out
 
@@ -124,9 +127,10 @@ def whole_command(runs, steps):
         times = {k: [] for k in cmds}
         for r in range(runs + 1):
             for k in (list(cmds) if r % 2 == 0 else list(reversed(cmds))):
-                t0 = time.perf_counter()
+                before = resource.getrusage(resource.RUSAGE_CHILDREN)
                 proc = subprocess.run(cmds[k], env=env, capture_output=True, text=True)
-                dt = time.perf_counter() - t0
+                after = resource.getrusage(resource.RUSAGE_CHILDREN)
+                dt = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
                 if proc.returncode != 0:
                     raise SystemExit(f"{' '.join(cmds[k])} failed:\n{proc.stderr[-2000:]}")
                 if r:  # the first round warms the file cache
@@ -187,6 +191,7 @@ def main():
     command = None if args.no_command else whole_command(args.runs, args.script_steps)
     res = {
         "baseline": "raw torch on the CPU (same model, step and script)",
+        "clock": "CPU time: time.thread_time per step, user+sys of the child per command",
         "machine": {"cpus": os.cpu_count(), "threads": torch.get_num_threads(), "torch": torch.__version__},
         "per_step_ms": steps,
         "command_s": command,
@@ -198,8 +203,8 @@ def main():
     if args.json:
         print(json.dumps(res, indent=2))
         return
-    print(f"baseline: {res['baseline']}; {torch.get_num_threads()} thread; {args.repeats} ABBA repeats "
-          f"of {args.steps}-step blocks; ratio = median of the per-repeat ratios")
+    print(f"baseline: {res['baseline']}; CPU time, {torch.get_num_threads()} thread; {args.repeats} ABBA "
+          f"repeats of {args.steps}-step blocks; ratio = median of the per-repeat ratios")
     for k, v in steps.items():
         print(f"{k}: ms/step")
         print(_line("raw torch", v["raw"], v["raw"], "ms"))
@@ -210,7 +215,7 @@ def main():
               f"(+{min(v['shim']) - min(v['raw']):.0f} ns)")
     if command is None:
         return
-    print(f"whole command ({args.script_steps}-step script, fresh processes, median of {args.runs}): s")
+    print(f"whole command ({args.script_steps}-step script, fresh processes, median of {args.runs}): CPU s")
     print(_line("python script.py", command["raw"], command["raw"], "s"))
     print(_line("hal run script.py", command["hal_run"], command["raw"], "s"))
 

@@ -10,7 +10,7 @@ import functools
 
 import torch
 
-from hal.transfer._devices import _mark
+from hal.transfer._devices import marked
 from hal.transfer._shim import Transfer
 
 
@@ -27,7 +27,7 @@ def install(t: Transfer) -> None:
             device_type = t.device_type
         orig_init(self, device_type, dtype=dtype, enabled=enabled, cache_enabled=cache_enabled)
 
-    t.patch(ac, "__init__", _mark(init, orig_init))
+    t.patch(ac, "__init__", marked(init, orig_init))
 
     gs = torch.amp.GradScaler
     orig_gs = gs.__init__
@@ -38,7 +38,7 @@ def install(t: Transfer) -> None:
             device = t.device_type
         orig_gs(self, device, *args, **kwargs)
 
-    t.patch(gs, "__init__", _mark(gs_init, orig_gs))
+    t.patch(gs, "__init__", marked(gs_init, orig_gs))
 
     for name in ("custom_fwd", "custom_bwd"):
         orig = getattr(torch.amp, name, None)
@@ -51,7 +51,7 @@ def install(t: Transfer) -> None:
                 kwargs["device_type"] = t.device_type
             return _orig(*args, **kwargs)
 
-        wrapped = _mark(functools.wraps(orig)(deco), orig)
+        wrapped = marked(functools.wraps(orig)(deco), orig)
         t.patch(torch.amp, name, wrapped)
         if getattr(torch.amp.autocast_mode, name, None) is orig:
             t.patch(torch.amp.autocast_mode, name, wrapped)

@@ -14,7 +14,7 @@ import functools
 
 import torch
 
-from hal.transfer._devices import _mark
+from hal.transfer._devices import marked
 from hal.transfer._shim import Transfer
 
 #: device types inductor registers a code generator for itself
@@ -51,4 +51,4 @@ def install(t: Transfer) -> None:
                              f"{t.device_type!r}){note}")
         return orig(model, **kwargs)
 
-    t.patch(torch, "compile", _mark(compile, orig))
+    t.patch(torch, "compile", marked(compile, orig))

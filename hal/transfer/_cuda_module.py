@@ -19,7 +19,7 @@ import torch
 from hal._errors import NotSupported
 from hal.backend import host_memory_bytes
 from hal.transfer._caller import INTERNAL_NAMES, INTERNAL_PREFIXES
-from hal.transfer._devices import MARK, _LEGACY
+from hal.transfer._devices import MARK, LEGACY_TYPES
 from hal.transfer._shim import Transfer
 
 _getframe = sys._getframe
@@ -268,7 +268,7 @@ def _install_legacy_types(t: Transfer) -> None:
         def __instancecheck__(cls, obj):
             return isinstance(obj, torch.Tensor) and obj.dtype == cls._hal_dtype and obj.device.type == t.device_type
 
-    for name, dtype in _LEGACY.items():
+    for name, dtype in LEGACY_TYPES.items():
         if hasattr(torch.cuda, name):
             t.patch(torch.cuda, name, LegacyCudaType(name, (), {"_hal_dtype": dtype, "__module__": "torch.cuda",
                                                                 MARK: True}))

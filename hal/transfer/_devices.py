@@ -96,7 +96,8 @@ def is_wrapped(obj) -> bool:
     return bool(getattr(obj, MARK, False))
 
 
-def _mark(fn: Callable, orig: Callable) -> Callable:
+def marked(fn: Callable, orig: Callable) -> Callable:
+    """``fn`` with the name and doc of ``orig``, marked as the shim's wrapper."""
     try:
         functools.update_wrapper(fn, orig)
     except (AttributeError, TypeError):
@@ -123,7 +124,7 @@ def _wrap_device_arg(t: Transfer, fn: Callable, label: str, pos: Optional[int]) 
                 if d is not None and is_cuda_like(d):
                     kwargs["device"] = redirect(d, label)
             return fn(*args, **kwargs)
-    return _mark(call, fn)
+    return marked(call, fn)
 
 
 def _register_jit_builtin(t: Transfer, wrapper: Callable, op: str) -> None:
@@ -171,7 +172,8 @@ def _install_generic(t: Transfer) -> None:
 
 
 # -- Tensor --------------------------------------------------------------------------------
-_LEGACY = {"FloatTensor": torch.float32, "DoubleTensor": torch.float64, "HalfTensor": torch.float16,
+#: legacy CUDA tensor types (torch.cuda.FloatTensor ...) -> their dtype
+LEGACY_TYPES = {"FloatTensor": torch.float32, "DoubleTensor": torch.float64, "HalfTensor": torch.float16,
            "BFloat16Tensor": torch.bfloat16, "ByteTensor": torch.uint8, "CharTensor": torch.int8,
            "ShortTensor": torch.int16, "IntTensor": torch.int32, "LongTensor": torch.int64,
            "BoolTensor": torch.bool}
@@ -182,7 +184,7 @@ def legacy_cuda_dtype(kind) -> Optional[torch.dtype]:
     as the shim's stand-in type; None for anything else."""
     if isinstance(kind, str):
         if kind.startswith("torch.cuda."):
-            return _LEGACY.get(kind[len("torch.cuda."):])
+            return LEGACY_TYPES.get(kind[len("torch.cuda."):])
         return None
     return getattr(kind, "_hal_dtype", None)
 
@@ -241,9 +243,22 @@ def _install_tensor(t: Transfer) -> None:
         t.log.redirected(f"Tensor.type({getattr(dtype, '__name__', dtype)})", f"Tensor.to({target}, {wanted})")
         return orig_to(self, target, wanted, non_blocking=non_blocking)
 
+    orig_record = T.record_stream
+    torch_stream = torch.Stream
+
+    def record_stream(self, stream):
+        # the caching allocator's hand-over between streams; streams of a synchronous device
+        # (the CPU, the Python-level streams of a device module) have nothing to hand over
+        if self.device.type == "cpu" or not isinstance(stream, torch_stream):
+            t.log.redirected("Tensor.record_stream()", f"no-op: work on {self.device} is complete when "
+                             f"the op returns")
+            return None
+        return orig_record(self, stream)
+
     for name, fn, orig in (("to", to, orig_to), ("cuda", cuda, T.cuda), ("pin_memory", pin_memory, orig_pin),
-                           ("is_pinned", is_pinned, orig_is_pinned), ("type", type_, orig_type)):
-        t.patch(T, name, _mark(fn, orig))
+                           ("is_pinned", is_pinned, orig_is_pinned), ("type", type_, orig_type),
+                           ("record_stream", record_stream, orig_record)):
+        t.patch(T, name, marked(fn, orig))
 
 
 # -- Module --------------------------------------------------------------------------------
@@ -271,7 +286,7 @@ def _install_module(t: Transfer) -> None:
         return orig_to_empty(self, device=device, recurse=recurse)
 
     for name, fn, orig in (("to", to, orig_to), ("cuda", cuda, orig_cuda), ("to_empty", to_empty, orig_to_empty)):
-        t.patch(M, name, _mark(fn, orig))
+        t.patch(M, name, marked(fn, orig))
 
 
 # -- default device: with torch.device("cuda"), torch.set_default_device("cuda") -------------
@@ -284,7 +299,7 @@ def _install_default_device(t: Transfer) -> None:
             device = t.redirect(device, "default device {dev} (with torch.device(...) / torch.set_default_device)")
         orig_init(self, device)
 
-    t.patch(DeviceContext, "__init__", _mark(init, orig_init))
+    t.patch(DeviceContext, "__init__", marked(init, orig_init))
 
 
 # -- types: Generator, Stream, Event ---------------------------------------------------------
@@ -359,7 +374,7 @@ def _install_dataloader(t: Transfer) -> None:
                              f"pin_memory_device={kwargs['pin_memory_device']!r}")
         orig_init(self, *args, **kwargs)
 
-    t.patch(DataLoader, "__init__", _mark(init, orig_init))
+    t.patch(DataLoader, "__init__", marked(init, orig_init))
 
 
 def install(t: Transfer) -> None:

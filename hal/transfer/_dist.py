@@ -14,7 +14,7 @@ import functools
 
 import torch
 
-from hal.transfer._devices import _mark
+from hal.transfer._devices import marked
 from hal.transfer._shim import Transfer, is_cuda_like
 
 
@@ -56,8 +56,8 @@ def _install_process_groups(t: Transfer) -> None:
             kwargs["backend"] = map_backend(kwargs["backend"])
         return orig_new(*args, **kwargs)
 
-    t.patch(dist, "init_process_group", _mark(init_process_group, orig_init))
-    t.patch(dist, "new_group", _mark(new_group, orig_new))
+    t.patch(dist, "init_process_group", marked(init_process_group, orig_init))
+    t.patch(dist, "new_group", marked(new_group, orig_new))
 
 
 def _install_ddp(t: Transfer) -> None:
@@ -75,7 +75,7 @@ def _install_ddp(t: Transfer) -> None:
                 output_device = t.index(output_device)
         orig_init(self, module, device_ids, output_device, *args, **kwargs)
 
-    t.patch(ddp, "__init__", _mark(ddp_init, orig_init))
+    t.patch(ddp, "__init__", marked(ddp_init, orig_init))
 
 
 def _install_data_parallel(t: Transfer) -> None:
@@ -93,7 +93,7 @@ def _install_data_parallel(t: Transfer) -> None:
                          f"DataParallel scatters with CUDA-only kernels; use DistributedDataParallel "
                          f"for several devices)")
 
-    t.patch(dp, "__init__", _mark(dp_init, orig_init))
+    t.patch(dp, "__init__", marked(dp_init, orig_init))
 
 
 def install(t: Transfer) -> None:

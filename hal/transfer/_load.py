@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 import torch.serialization as serialization
 
-from hal.transfer._devices import _mark
+from hal.transfer._devices import marked
 from hal.transfer._shim import Transfer, is_cuda_like
 
 
@@ -60,7 +60,7 @@ def install(t: Transfer) -> None:
             kwargs["map_location"] = map_location_for(kwargs.get("map_location"))
         return orig_load(f, *args, **kwargs)
 
-    t.patch(torch, "load", _mark(load, orig_load))
+    t.patch(torch, "load", marked(load, orig_load))
     if getattr(serialization, "load", None) is orig_load:
         t.patch(serialization, "load", torch.load)
 
@@ -71,7 +71,7 @@ def install(t: Transfer) -> None:
             if target.type == "cpu":
                 return self.cpu()
             return restore(self, str(target))
-        return _mark(cuda, orig)
+        return marked(cuda, orig)
 
     for cls in (torch.storage._StorageBase, torch.storage.TypedStorage):
         if "cuda" in cls.__dict__:

@@ -79,6 +79,7 @@ def stream_and_wait_stream():
     with torch.cuda.stream(s):
         y = x * 2
     torch.cuda.current_stream().wait_stream(s)
+    y.record_stream(torch.cuda.current_stream())
     return {"sum": float(y.sum()), "device": y.device.type}
 
 
