@@ -34,8 +34,8 @@ DDP device_ids, DataParallel, torch.compile on devices inductor lacks.  torch's 
 keeps seeing the real torch.cuda answers.  Each redirection is printed once per line of
 the script that made it (rank 0 only); numerics are never changed.  Whatever the script
 does, the summary is printed and the report written; the exit code is the script's
-(1 for an exception).  Not redirected: x.is_cuda and x.device == torch.device("cuda")
-(tensors tell their true device), CUDA graphs, custom CUDA kernels.  Details and the
+(1 for an exception).  Not redirected: x.device == torch.device("cuda") (a tensor's
+device is its true device), CUDA graphs, custom CUDA kernels.  Details and the
 idiom table: docs/transfer.md.
 """
 

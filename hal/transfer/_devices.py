@@ -16,12 +16,14 @@ A wrapper maps only what a CUDA script passes as a device (``"cuda"``, ``"cuda:N
 from __future__ import annotations
 
 import functools
+import sys
 import threading
 from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
 import torch
 
 from hal._errors import NotSupported
+from hal.transfer._caller import INTERNAL_NAMES, INTERNAL_PREFIXES
 from hal.transfer._shim import Transfer, is_cuda_like
 
 #: op-name prefixes of torch's sub-namespaces (aten::fft_fftfreq is torch.fft.fftfreq)
@@ -35,6 +37,7 @@ PYTHON_LEVEL = (("torch", "asarray", None), ("torch.Tensor", "new_tensor", None)
 OWN_WRAPPER = {("torch.Tensor", "to"), ("torch.Tensor", "pin_memory"), ("torch.Tensor", "is_pinned"),
                ("torch", "Generator")}
 MARK = "__hal_transfer__"
+_getframe = sys._getframe
 
 
 def schema_device_ops() -> Dict[str, Optional[int]]:
@@ -259,13 +262,66 @@ def _install_tensor(t: Transfer) -> None:
                            ("is_pinned", is_pinned, orig_is_pinned), ("type", type_, orig_type),
                            ("record_stream", record_stream, orig_record)):
         t.patch(T, name, marked(fn, orig))
+    if t.device_type != "cpu":
+        t.patch(T, "is_cuda", _is_cuda_property(t))
+
+
+def _is_cuda_property(t: Transfer) -> property:
+    """``Tensor.is_cuda``: True for a tensor on the backend's device when the user's code asks
+    (``if next(model.parameters()).is_cuda: x = x.cuda()``), torch's own answer for torch's
+    and hal's code.  (On the CPU backend it is left alone: every tensor is on the one device,
+    so both branches of such a test agree.)"""
+    real = torch._C.TensorBase.is_cuda.__get__
+    device_type = t.device_type
+
+    def is_cuda(self):
+        if self.device.type == device_type:
+            name = _getframe(1).f_globals.get("__name__")
+            if not (name and (name in INTERNAL_NAMES or name.startswith(INTERNAL_PREFIXES))):
+                t.log.redirected("Tensor.is_cuda", f"True (the tensor is on {self.device})")
+                return True
+        return real(self)
+
+    return property(marked(is_cuda, torch._C.TensorBase.is_cuda.__get__), doc=torch._C.TensorBase.is_cuda.__doc__)
 
 
 # -- Module --------------------------------------------------------------------------------
+def keeps_parameters(device: torch.device) -> bool:
+    """True when ``Module.to(device)`` keeps a CPU module's Parameter objects (it sets
+    ``param.data``), as it does for CUDA; False where torch makes new Parameters (tensor
+    types it cannot shallow-copy into each other), which leaves an optimizer built before
+    ``.to(device)`` holding the old ones."""
+    if device.type == "cpu":
+        return True
+    try:
+        return bool(torch._has_compatible_shallow_copy_type(torch.empty(0), torch.empty(0, device=device)))
+    except Exception:  # a torch without the helper: assume torch's default behaviour is fine
+        return True
+
+
 def _install_module(t: Transfer) -> None:
     M = torch.nn.Module
     orig_to, orig_cuda, orig_to_empty = M.to, M.cuda, M.to_empty
     redirect = t.redirect
+    future = torch.__future__
+    swap = not keeps_parameters(t.device())
+
+    def move(self, *args, **kwargs):
+        # what CUDA does: the module's Parameter objects survive the move (torch swaps their
+        # contents), so an optimizer created before .cuda() / .to("cuda") trains them
+        if not swap or future.get_swap_module_params_on_conversion():
+            return orig_to(self, *args, **kwargs)
+        future.set_swap_module_params_on_conversion(True)
+        try:
+            return orig_to(self, *args, **kwargs)
+        except RuntimeError as exc:
+            if "swap" not in str(exc):
+                raise
+            t.log.not_redirected("Module.to()", f"{exc}; moved without keeping Parameter objects (an optimizer "
+                                 f"built before the move keeps the old ones: build it after)")
+        finally:
+            future.set_swap_module_params_on_conversion(False)
+        return orig_to(self, *args, **kwargs)
 
     def to(self, *args, **kwargs):
         if args and args[0] is not None and is_cuda_like(args[0]):
@@ -273,12 +329,12 @@ def _install_module(t: Transfer) -> None:
         d = kwargs.get("device")
         if d is not None and is_cuda_like(d):
             kwargs["device"] = redirect(d, "Module.to")
-        return orig_to(self, *args, **kwargs)
+        return move(self, *args, **kwargs)
 
     def cuda(self, device=None):
         target = t.device(device)
         t.log.redirected("Module.cuda()", f"Module.to({target})")
-        return orig_to(self, target)
+        return move(self, target)
 
     def to_empty(self, *, device, recurse=True):
         if device is not None and is_cuda_like(device):

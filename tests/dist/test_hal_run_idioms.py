@@ -155,6 +155,13 @@ def test_small_idioms_land_on_the_backend(idioms, backend):
 
 
 @pytest.mark.parametrize("backend", [CPU, EMU])
+def test_is_cuda_gates_take_the_cuda_branch_on_the_device(idioms, backend):
+    # on an accelerator the script's tensors answer is_cuda for its branches; on the CPU
+    # every tensor is on the one device and both branches agree
+    assert outcome(idioms, backend, "is_cuda_gate") == {"is_cuda": backend != "cpu", "out": backend}
+
+
+@pytest.mark.parametrize("backend", [CPU, EMU])
 def test_device_selection_by_index_and_context(idioms, backend):
     assert outcome(idioms, backend, "cuda_device_context") == {"current": 0, "tensor": backend}
     assert outcome(idioms, backend, "set_device_local_rank") == {"current": 0, "tensor": backend}

@@ -1,4 +1,7 @@
 """hal.transfer.enable(): CUDA calls land on the selected backend, are logged, and are undone."""
+import importlib.util
+import os
+
 import pytest
 import torch
 
@@ -272,3 +275,28 @@ def test_generator_stream_and_event_stay_isinstance_compatible(cpu_backend):
         end.record()
         assert start.elapsed_time(end) >= 0 and isinstance(end, torch.Event)
     assert g.device.type == "cpu" and type(g) is torch.Generator
+
+
+@pytest.mark.xfail(any(os.path.exists(os.path.join(d, "_tensor.py"))
+                       for d in importlib.util.find_spec("hal.emu").submodule_search_locations),
+                   strict=True, reason="the Python emulator's tensors carry weakrefs, so torch cannot swap them "
+                                       "into the Parameters (torch.utils.swap_tensors); the C++ emulator's can")
+def test_an_optimizer_built_before_cuda_trains_the_moved_parameters(emu_backend):
+    # on CUDA, Module.cuda() keeps the Parameter objects; torch makes new ones for device
+    # types it cannot shallow-copy into (the emulator's), which would leave the optimizer
+    # holding the CPU parameters
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with hal.transfer.enable(emu_backend):
+        model.cuda()
+        x = torch.randn(8, 4, device="cuda")
+        losses = []
+        for _ in range(3):
+            opt.zero_grad()
+            loss = model(x).pow(2).mean()
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+    assert opt.param_groups[0]["params"][0] is model.weight and model.weight.device.type == "emu"
+    assert losses[2] < losses[0]

@@ -132,6 +132,15 @@ def compile_model():
 
 
 @idiom
+def is_cuda_gate():
+    model = nn.Linear(4, 2).cuda()
+    x = torch.randn(3, 4)
+    if next(model.parameters()).is_cuda:
+        x = x.cuda(non_blocking=True)
+    return {"is_cuda": next(model.parameters()).is_cuda, "out": model(x).device.type}
+
+
+@idiom
 def cuda_non_blocking():
     return torch.randn(2).cuda(non_blocking=True).device.type
 
