@@ -7,8 +7,10 @@ Python-level calls without a schema are listed here by hand: ``Tensor.cuda/type/
 ``Module.to/cuda/to_empty``, ``torch.asarray``, ``torch.nested``, ``with torch.device(...)`` /
 ``torch.set_default_device`` (``DeviceContext``), ``torch.Generator/Stream/Event`` (types:
 replaced by subclasses whose ``isinstance`` answers for the original type), DataLoader's
-``pin_memory_device``.  Every other torch call is left untouched, so the shim costs nothing
-on the ops of a training step.
+``pin_memory_device``; with them ``Tensor.record_stream`` (a no-op where work is
+synchronous) and, on accelerator backends, ``Tensor.is_cuda`` (True for the script's
+tensors on the device).  Every other torch call is left untouched, so the shim costs
+nothing on the ops of a training step.
 
 A wrapper maps only what a CUDA script passes as a device (``"cuda"``, ``"cuda:N"``, a cuda
 ``torch.device``, a bare index); ``torch.device("cuda")`` objects themselves stay cuda.
