@@ -16,7 +16,10 @@ Baseline: raw torch on the CPU, the same model and step, measured side by side.
    named ``torch.*``), each against the same call in raw torch.
 
 Times are CPU time (the step's thread; the command's process and its children), which
-other processes on a shared machine do not inflate as they do wall time.  Each line prints
+other processes on a shared machine do not inflate as they do wall time.  Each timed block
+starts after ``gc.collect()``: the shim is enabled and undone around its blocks, and the
+garbage that leaves would otherwise be collected inside the next block (``hal run``
+enables it once).  Each line prints
 the median and the spread (min-max) over repeats, and the ratio against
 raw torch: the median of the ratios of blocks measured next to each other (ABBA order, so
 that a drift of the machine's load cancels), with their spread.
@@ -25,6 +28,7 @@ Usage: python bench/bench_transfer_overhead.py [--steps 20] [--repeats 15] [--ru
 """
 import argparse
 import contextlib
+import gc
 import json
 import logging
 import os
@@ -94,6 +98,7 @@ def per_step(steps, repeats, backend):
             for k in (["raw", "shim", "shim", "raw"] if r % 2 == 0 else ["shim", "raw", "raw", "shim"]):
                 step, ctx = variants[k]
                 with ctx():
+                    gc.collect()  # garbage of earlier blocks (and of enabling the shim) is not this block's
                     t0 = time.thread_time()
                     for _ in range(steps):
                         step()

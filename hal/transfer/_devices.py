@@ -42,9 +42,11 @@ MARK = "__hal_transfer__"
 _getframe = sys._getframe
 
 
+@functools.lru_cache(maxsize=1)
 def schema_device_ops() -> Dict[str, Optional[int]]:
     """aten op names that take a ``device`` -> the positional index of that argument in the
-    overload that allows one (None where every overload takes it by keyword only)."""
+    overload that allows one (None where every overload takes it by keyword only).  Read
+    once per process (about 10 ms)."""
     found: Dict[str, Optional[int]] = {}
     for schema in torch._C._jit_get_all_schemas():
         ns, _, name = schema.name.partition("::")
