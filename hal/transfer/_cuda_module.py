@@ -86,34 +86,34 @@ def _install_devices(t: Transfer) -> None:
     def current_device():
         return 0 if cpu else b.current_device()
 
-    def set_device(dev):
-        target = t.device(dev)
-        t.log.redirected("torch.cuda.set_device", f"{target} (for {dev})")
+    def set_device(device):
+        target = t.device(device)
+        t.log.redirected("torch.cuda.set_device", f"{target} (for {device})")
         if not cpu:
             b.set_device(target.index)
 
-    def get_device_properties(dev=None):
-        props = b.device_properties(t.index(dev))
+    def get_device_properties(device=None):
+        props = b.device_properties(t.index(device))
         t.log.redirected("torch.cuda.get_device_properties", f"{b.name} device properties ({props.name})")
         return props
 
-    def get_device_name(dev=None):
-        name = b.device_properties(t.index(dev)).name if cpu else b.device_name(t.index(dev))
+    def get_device_name(device=None):
+        name = b.device_name(t.index(device))
         t.log.redirected("torch.cuda.get_device_name", f"{b.name} device name")
         return name
 
-    def get_device_capability(dev=None):
-        props = b.device_properties(t.index(dev))
+    def get_device_capability(device=None):
+        props = b.device_properties(t.index(device))
         t.log.redirected("torch.cuda.get_device_capability", f"({props.major}, {props.minor}) of {b.name}")
         return props.major, props.minor
 
     def is_bf16_supported(*args, **kwargs):
         return torch.bfloat16 in b.supported_dtypes()
 
-    def synchronize(dev=None):
+    def synchronize(device=None):
         t.log.redirected("torch.cuda.synchronize", f"{b.name} synchronize")
         if not cpu:
-            b.synchronize(t.index(dev) if dev is not None else None)
+            b.synchronize(t.index(device) if device is not None else None)
 
     for name, fn in (("is_available", is_available), ("device_count", device_count),
                      ("current_device", current_device), ("set_device", set_device),
@@ -126,7 +126,8 @@ def _install_devices(t: Transfer) -> None:
     class device:
         """``torch.cuda.device(i)``: the backend's device ``i`` is current inside the block."""
 
-        def __init__(self, dev):
+        def __init__(self, device):
+            dev = device
             self.idx = None if dev is None or (isinstance(dev, int) and dev < 0) else t.index(dev)
             self.prev = None
             if self.idx is not None:
@@ -161,8 +162,8 @@ def _install_facet(t: Transfer) -> None:
     cuda, b, cpu = torch.cuda, t.backend, t.device_type == "cpu"
 
     def memory(name: str, method: str) -> Callable:
-        def call(dev=None, *args, **kwargs):
-            index = t.index(dev) if dev is not None else None
+        def call(device=None, *args, **kwargs):
+            index = t.index(device) if device is not None else None
             fn = getattr(b, method, None)
             try:
                 result = fn(index) if fn is not None else b._mem(method, index)
@@ -176,12 +177,12 @@ def _install_facet(t: Transfer) -> None:
     for name, method in MEMORY.items():
         _patch(t, cuda, name, memory(name, method))
 
-    def mem_get_info(dev=None):
+    def mem_get_info(device=None):
         if cpu:
             t.log.redirected("torch.cuda.mem_get_info", "host memory (free, total)")
             return (int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")), host_memory_bytes())
         t.log.redirected("torch.cuda.mem_get_info", f"{b.name} mem_get_info")
-        return b.mem_get_info(t.index(dev) if dev is not None else None)
+        return b.mem_get_info(t.index(device) if device is not None else None)
 
     def empty_cache():
         try:
