@@ -51,7 +51,7 @@ def test_report_names_the_redirections_and_the_ops_that_fell_back(runs):
     report = runs["emu"][1]
     calls = {r["call"] for r in report["redirected"]}
     assert {"Module.cuda()", "Tensor.cuda()", "torch.autocast('cuda')", "torch.cuda.manual_seed"} <= calls
-    fell = {r["op"] for r in report["fallbacks"]}
+    fell = {r["op"].partition(".")[0] for r in report["fallbacks"]}  # aten::gelu or its overload aten::gelu.out
     assert "aten::gelu" in fell  # GELU is outside the emulator's native op set
     assert report["backend"] == "emu" and report["exit_code"] == 0
 
