@@ -1,10 +1,12 @@
 """The host CPU: always present; chosen only when no accelerator is, with a stated reason."""
 import contextlib
+import os
+import platform
 
 import torch
 
 from hal._errors import NotSupported
-from hal.backend import Backend
+from hal.backend import Backend, DeviceProperties, host_memory_bytes
 from hal.kernel_table import builtin_fused_kernels
 from hal.plugin_kit import VendorPlugin
 from hal.spec import ProbeResult, Status, builtin_spec
@@ -25,8 +27,12 @@ class CPUBackend(Backend):
             raise ValueError(f"cpu: device index {index} out of range; the cpu backend has one device (0)")
 
     def device_name(self, index=None):
-        import platform
-        return platform.processor() or platform.machine()
+        return _cpu_model() or platform.processor() or platform.machine()
+
+    def device_properties(self, index=None):
+        """The host: its model name, physical memory, its cores; no compute capability (0, 0)."""
+        return DeviceProperties(name=self.device_name(), total_memory=host_memory_bytes(), major=0, minor=0,
+                                multi_processor_count=os.cpu_count() or 1, type="cpu")
 
     def Event(self, *args, **kwargs):  # noqa: N802 - mirrors torch.cuda.Event
         if args or kwargs:  # torch.cpu.Event takes no arguments (no timing, no IPC)
@@ -71,6 +77,18 @@ class CPUBackend(Backend):
 
     def runtime_version(self):
         return f"ATen CPU ({torch.backends.cpu.get_cpu_capability()})"
+
+
+def _cpu_model() -> str:
+    """The processor's model name from /proc/cpuinfo (Linux), or ''."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.partition(":")[2].strip()
+    except OSError:
+        pass
+    return ""
 
 
 class CPUPlugin(VendorPlugin):

@@ -6,7 +6,9 @@ module differs.  A feature the device lacks raises :class:`hal.NotSupported`.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import importlib
+import os
 from typing import Any, Dict, Iterator, List, Optional
 
 import torch
@@ -18,6 +20,33 @@ from hal.spec import BackendSpec
 CANDIDATE_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64,
                     torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64, torch.bool,
                     torch.complex64)
+
+
+@dataclasses.dataclass(frozen=True)
+class DeviceProperties:
+    """What ``torch.cuda.get_device_properties`` tells, for any backend's device.
+
+    ``major`` / ``minor`` are the device's compute capability where it has one (``(0, 0)``
+    on the CPU); ``multi_processor_count`` is the number of compute units (host cores on
+    the CPU and the emulator); ``total_memory`` is in bytes.
+    """
+
+    name: str
+    total_memory: int
+    major: int
+    minor: int
+    multi_processor_count: int
+    type: str = ""
+
+    def __str__(self) -> str:
+        return (f"{self.type or 'device'}DeviceProperties(name='{self.name}', major={self.major}, "
+                f"minor={self.minor}, total_memory={self.total_memory // (1 << 20)}MB, "
+                f"multi_processor_count={self.multi_processor_count})")
+
+
+def host_memory_bytes() -> int:
+    """Physical memory of this machine in bytes."""
+    return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
 
 
 class Backend:
@@ -73,6 +102,34 @@ class Backend:
 
     def device_name(self, index: Optional[int] = None) -> str:
         return str(self._fn("get_device_name", "device_name")(self.current_device() if index is None else index))
+
+    def device_properties(self, index: Optional[int] = None) -> DeviceProperties:
+        """Name, memory, compute capability and compute units of a device (default: current).
+
+        Taken from ``torch.<device>.get_device_properties`` where the device module has it,
+        else assembled from ``get_device_name``, ``mem_get_info`` and
+        ``get_device_capability``; raises :class:`hal.NotSupported` when the module has none
+        of these.
+        """
+        index = self.current_device() if index is None else int(index)
+        props = getattr(self.module, "get_device_properties", None)
+        if props is not None:
+            p = props(index)
+            return DeviceProperties(name=str(p.name), total_memory=int(getattr(p, "total_memory", 0)),
+                                    major=int(getattr(p, "major", 0)), minor=int(getattr(p, "minor", 0)),
+                                    multi_processor_count=int(getattr(p, "multi_processor_count", 0)),
+                                    type=self.device_type)
+        name = self.device_name(index)
+        try:
+            total = int(self.mem_get_info(index)[1])
+        except NotSupported:
+            total = 0
+        cap = getattr(self.module, "get_device_capability", None)
+        major, minor = (tuple(cap(index)) + (0, 0))[:2] if cap is not None else (0, 0)
+        return DeviceProperties(name=name, total_memory=total, major=int(major), minor=int(minor),
+                                multi_processor_count=int(getattr(self.module, "multi_processor_count",
+                                                                  os.cpu_count() or 1)),
+                                type=self.device_type)
 
     def synchronize(self, index: Optional[int] = None) -> None:
         self._fn("synchronize")(index) if index is not None else self._fn("synchronize")()

@@ -11,18 +11,32 @@ import sys
 from hal._io import atomic_write
 from hal.cli._term import paint, print_json, use_color
 
+#: set to 1 to silence the redirection lines (as --quiet does)
+QUIET_ENV = "HAL_RUN_QUIET"
+
 EPILOG = """\
 examples:
   hal run train.py --epochs 1                  the script's own arguments follow its path
   HAL_BACKEND=emu hal run train.py             on the emulated accelerator
+  HAL_BACKEND=cpu hal run train.py             on the CPU (torch.cuda.is_available() -> True)
   hal run --nproc-per-node 2 train_ddp.py      DDP at 2 ranks through torchrun
-  hal run --report run.json train.py           write the run report (schema hal.run/1)
+  hal run --report run.json train.py           write the run report (schema hal.run/2)
   hal run --json train.py                      print the run report as JSON at the end
+  HAL_RUN_QUIET=1 hal run train.py             no redirection lines (as --quiet)
+  HAL_BACKEND=emu HAL_EMU_DEVICES=4 hal run train_4gpu.py
+                                               a script that gates on device_count() >= 4
 
-What is redirected: .cuda(), device="cuda" / torch.device("cuda"), torch.cuda.* device,
-memory, RNG, stream and event calls, torch.autocast("cuda"), GradScaler("cuda"),
-init_process_group("nccl"), DDP device_ids.  Every redirection is printed once; calls
-that cannot be redirected are reported; numerics are never changed (no dtype downgrade).
+What is redirected: every torch call that takes a device (factories, .to, .cuda(),
+Module.to/cuda, with torch.device("cuda"), torch.Generator/Stream/Event, torch.load map
+locations), torch.cuda.* (device count and selection, properties, synchronize, memory,
+RNG, streams, events), torch.autocast("cuda") / GradScaler, init_process_group("nccl"),
+DDP device_ids, DataParallel, torch.compile on devices inductor lacks.  torch's own code
+keeps seeing the real torch.cuda answers.  Each redirection is printed once per line of
+the script that made it (rank 0 only); numerics are never changed.  Whatever the script
+does, the summary is printed and the report written; the exit code is the script's
+(1 for an exception).  Not redirected: x.device == torch.device("cuda") (a tensor's
+device is its true device), CUDA graphs, custom CUDA kernels.  Details and the
+idiom table: docs/transfer.md.
 """
 
 
@@ -35,7 +49,9 @@ def add_parser(sub):
                    help="launch N processes with torchrun (--standalone)")
     p.add_argument("--report", metavar="PATH", help="write the run report as JSON (rank 0 only)")
     p.add_argument("--json", action="store_true", help="print the run report as JSON after the script")
-    p.add_argument("--quiet", action="store_true", help="do not print redirections as they happen")
+    p.add_argument("--quiet", action="store_true",
+                   help=f"do not print redirections as they happen (also {QUIET_ENV}=1); "
+                        f"the one-line summary stays")
     p.set_defaults(run=run)
 
 
@@ -46,36 +62,59 @@ def _launch(args) -> int:
         cmd += ["--report", args.report]
     if args.quiet:
         cmd.append("--quiet")
+    if args.json:
+        cmd.append("--json")
     cmd += [args.script, *args.args]
     return subprocess.call(cmd)
+
+
+def _quiet(args) -> bool:
+    return bool(args.quiet) or os.environ.get(QUIET_ENV, "").strip() not in ("", "0")
+
+
+def _summary(report: dict) -> str:
+    name = os.path.basename(report["script"])
+    head = f"hal run: {name} on {report['backend']}"
+    if report["status"] == "ok":
+        head += ": ok"
+    else:
+        err = report.get("error")
+        head += f": failed (exit code {report['exit_code']}"
+        if err and err["type"] != "SystemExit":
+            head += f", {err['type']}" + (f" at {err['where']}" if err.get("where") else "")
+        head += ")"
+    head += (f", {len(report['redirected'])} redirection(s), "
+             f"{len(report['not_redirected'])} call(s) not redirected")
+    if report["fallbacks"]:
+        head += (f", {len(report['fallbacks'])} op(s) fell back: " +
+                 ", ".join(f"{r['op']} ({r['route']} x{r['count']})" for r in report["fallbacks"][:8]))
+    return head
 
 
 def run(args) -> int:
     if args.nproc_per_node:
         return _launch(args)
-    if args.quiet:
-        logging.getLogger("hal.transfer").setLevel(logging.ERROR)
+    log = logging.getLogger("hal.transfer")
+    if _quiet(args):
+        log.setLevel(logging.ERROR)
     else:
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(logging.Formatter("hal run: %(message)s"))
-        log = logging.getLogger("hal.transfer")
         log.addHandler(handler)
         log.setLevel(logging.INFO)
         log.propagate = False
     from hal.transfer import run_script
 
     report = run_script(args.script, args.args)
-    if args.report and report["rank"] == 0:
-        atomic_write(args.report, json.dumps(report, indent=2, default=str) + "\n")
-    if args.json:
-        print_json(report)
-    elif not args.quiet:
-        color = use_color(sys.stderr)
-        summary = (f"hal run: {os.path.basename(report['script'])} on {report['backend']}: "
-                   f"{len(report['redirected'])} redirection(s), "
-                   f"{len(report['not_redirected'])} call(s) not redirected")
-        if report["fallbacks"]:
-            summary += (f", {len(report['fallbacks'])} op(s) fell back: " +
-                        ", ".join(f"{r['op']} ({r['route']} x{r['count']})" for r in report["fallbacks"][:8]))
-        print(paint(summary, "cyan", color), file=sys.stderr)
-    return int(report["exit_code"] or 0)
+    err = report.get("error")
+    if err is not None:
+        sys.stderr.write(err["traceback"])
+        sys.stderr.flush()
+    if report["rank"] == 0:
+        if args.report:
+            atomic_write(args.report, json.dumps(report, indent=2, default=str) + "\n")
+        if args.json:
+            print_json(report)
+        print(paint(_summary(report), "cyan" if report["status"] == "ok" else "red", use_color(sys.stderr)),
+              file=sys.stderr)
+    return int(report["exit_code"])

@@ -9,6 +9,11 @@
     t.log.rows("redirected")
 
 or from the shell: ``hal run train.py --epochs 1`` (``--nproc-per-node 2`` for DDP).
+
+Only the torch calls that take a device or answer about CUDA are wrapped (found from
+torch's operator schemas at enable time); every other call is torch's own.  torch's own
+code keeps seeing the real ``torch.cuda`` / ``torch.accelerator`` answers.  What each CUDA
+idiom does on each backend: docs/transfer.md.
 """
 from hal.transfer._log import TransferLog
 from hal.transfer._run import run_script
