@@ -2,7 +2,6 @@
 cpu backend and on the emulator.  The scripts are in tests/dist/hal_run_scripts/.
 """
 import functools
-import importlib.util
 import json
 import os
 import subprocess
@@ -14,18 +13,8 @@ import pytest
 
 pytestmark = [pytest.mark.dist, pytest.mark.slow]
 SCRIPTS = Path(__file__).parent / "hal_run_scripts"
-#: the Python emulator that predates the C++ PrivateUse1 one: one device per process, no
-#: device generators, no storages (so torch.load cannot restore onto it)
-PYTHON_EMULATOR = any(os.path.exists(os.path.join(d, "_tensor.py"))
-                      for d in importlib.util.find_spec("hal.emu").submodule_search_locations)
 CPU = pytest.param("cpu", id="cpu")
 EMU = pytest.param("emu", id="emu", marks=pytest.mark.emu)
-
-
-def emu_xfail(reason):
-    """The emu case, expected to fail on the Python emulator only, because of the emulator."""
-    return pytest.param("emu", id="emu", marks=[pytest.mark.emu, pytest.mark.xfail(
-        PYTHON_EMULATOR, reason=f"the Python emulator {reason}; the C++ emulator has it", strict=True)])
 
 
 def hal_run(backend, *args, env=None, timeout=300):
@@ -133,7 +122,7 @@ def test_peak_memory_statistics(idioms, backend):
         assert r["peak"] >= r["allocated"] >= 4 << 20
 
 
-@pytest.mark.parametrize("backend", [CPU, emu_xfail("has no device generators (getNewGenerator)")])
+@pytest.mark.parametrize("backend", [CPU, EMU])
 def test_generator_on_cuda_is_a_generator_of_the_backend(idioms, backend):
     r = outcome(idioms, backend, "generator_on_cuda")
     assert r == {"tensor": backend, "generator": backend, "same": True, "isinstance": True}
@@ -276,8 +265,7 @@ def loads(cuda_checkpoint, tmp_path_factory):
 
 
 @pytest.mark.parametrize("form", FORMS)
-@pytest.mark.parametrize("backend", [CPU, emu_xfail("has no storages on the device (torch.emu.device, "
-                                                    "UntypedStorage.emu), so torch.load cannot restore onto it")])
+@pytest.mark.parametrize("backend", [CPU, EMU])
 def test_cuda_checkpoint_loads_onto_the_backend(loads, backend, form):
     r = loads(backend)[form]
     assert r["ok"], r["error"]
@@ -346,8 +334,6 @@ def test_multi_gpu_gate_on_cpu_sees_one_device_and_exits_as_the_script_says(tmp_
 
 
 @pytest.mark.emu
-@pytest.mark.xfail(PYTHON_EMULATOR, strict=True,
-                   reason="the Python emulator shows one device per process; HAL_EMU_DEVICES is the C++ emulator's")
 def test_cuda_indices_map_to_the_emulators_devices(tmp_path):
     proc = hal_run("emu", "--quiet", SCRIPTS / "multi_device.py", tmp_path / "out.json",
                    env={"HAL_EMU_DEVICES": "4"})
