@@ -169,3 +169,13 @@ def test_tensors_built_from_python_data_land_on_the_device():
     assert torch.equal(a.cpu(), torch.tensor([[1.0, 2.0], [3.0, 4.0]]))
     assert torch.equal(b.cpu(), torch.arange(3))
     assert repr(torch.tensor(3, device="emu")) == "tensor(3, device='emu:0')"
+
+
+def test_convolution_keeps_channels_last_and_matches_the_cpu_exactly():
+    torch.manual_seed(0)
+    conv = torch.nn.Conv2d(3, 8, 3, padding=1).to(memory_format=torch.channels_last)
+    x = torch.randn(2, 3, 9, 9).to(memory_format=torch.channels_last)
+    ref = conv(x)
+    got = copy.deepcopy(conv).to("emu")(x.to("emu"))
+    assert got.is_contiguous(memory_format=torch.channels_last) == ref.is_contiguous(memory_format=torch.channels_last)
+    assert torch.equal(got.cpu(), ref.detach())

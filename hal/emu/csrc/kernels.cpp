@@ -546,7 +546,7 @@ struct OnHost {
   at::Tensor in(const std::optional<at::Tensor>& t) const {
     return t.has_value() && t->defined() ? in(*t) : at::Tensor();
   }
-  at::Tensor out(const at::Tensor& t) const { return t.defined() ? adopt(t.contiguous(), index) : t; }
+  at::Tensor out(const at::Tensor& t) const { return t.defined() ? adopt(t, index) : t; }  // keeps its layout
 };
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> lstm_cell(
