@@ -9,7 +9,7 @@ import traceback
 from typing import Optional, Sequence
 
 from hal._errors import HalError
-from hal.transfer._caller import _STDLIB, _short, is_internal
+from hal.transfer._caller import _STDLIB, _short, is_internal, user_site
 
 #: version of the run report; see docs/transfer.md ("The run report")
 SCHEMA = "hal.run/2"
@@ -56,6 +56,23 @@ def _exit_code(code) -> "tuple[int, Optional[str]]":
     return 1, f"{code}\n"
 
 
+def _announce_fallbacks(echo: bool) -> None:
+    """On the emulator, each op's first fallback is one line at the script's line that led to
+    it (logger ``hal.transfer``, so ``--quiet`` silences it), printed where the redirections
+    are (rank 0); other ranks count silently."""
+    from hal.emu._dispatch import set_notice
+    from hal.transfer._log import LOGGER
+
+    def notice(op: str, route: str, where) -> None:
+        if not echo:
+            return
+        site = user_site(2) or "(torch's own code)"
+        how = "decomposed into other ops" if route == "decomposition" else "ran the CPU's kernel on the host"
+        LOGGER.warning("%s: %s is not native on emu; %s (fallback, counted in the report)", site, op, how)
+
+    set_notice(notice)
+
+
 def run_script(path: str, argv: Sequence[str] = ()) -> dict:
     """Run ``path`` as ``__main__`` with ``argv`` inside :func:`hal.transfer.enable`.
 
@@ -84,6 +101,8 @@ def run_script(path: str, argv: Sequence[str] = ()) -> dict:
     try:
         with enable(cand.backend) as t:
             _children.install(t, path)
+            if cand.spec.device_type == "emu":
+                _announce_fallbacks(t.log.echo)
             try:
                 runpy.run_path(path, run_name="__main__")
             except SystemExit as exc:
