@@ -10,8 +10,9 @@ what a vendor kernel would receive) is routed:
 
    * ``host`` (default): torch's CPU kernel on the same bytes, so the numbers are the
      CPU's — a dropout-free run on emu matches the CPU.  Ops torch would otherwise run as a
-     composite on a device lacking them (``native_layer_norm``, ``native_group_norm``) are
-     routed here too, for the same reason;
+     composite on a device lacking them (``native_layer_norm``, ``native_group_norm``, the
+     functional forms of structured ops such as ``gelu``, which a device gets as
+     ``gelu.out``) are routed here too and run the CPU's own kernel, for the same reason;
    * ``decomposition``: torch's aten-level decomposition (``torch._decomp``) first, its
      pieces routed again, the host when there is none — the compositions a vendor plugin's
      fallback runs.  Values then differ from the CPU's at float32 rounding, which training
@@ -57,9 +58,17 @@ _SKIP_PREFIXES = (_HERE + os.sep, _TORCH + os.sep)
 _SKIP_FILES = ("<frozen ",)
 
 
+def torch_context() -> str:
+    """Where an op with no caller's frame on the stack comes from: the backward node torch's
+    autograd engine is running (``"backward of MseLossBackward0"``), else torch's own code."""
+    node = torch._C._current_autograd_node() if hasattr(torch._C, "_current_autograd_node") else None
+    return f"backward of {node.name()}" if node is not None else "torch's own code"
+
+
 def caller_frame() -> Tuple[str, int]:
     """``(file, line)`` of the innermost frame outside torch, hal and the import machinery:
-    the line of the caller's code that led to the op."""
+    the line of the caller's code that led to the op; ``("<backward of X>", 0)`` when none
+    (an op of the backward pass runs on torch's autograd thread)."""
     f = sys._getframe(1)
     while f is not None:
         name = f.f_code.co_filename
@@ -67,7 +76,7 @@ def caller_frame() -> Tuple[str, int]:
                 and os.path.basename(name) not in ("runpy.py", "contextlib.py", "threading.py"):
             return name, f.f_lineno
         f = f.f_back
-    return "<unknown>", 0
+    return f"<{torch_context()}>", 0
 
 
 def _warn(op: str, route: str, where: Tuple[str, int]) -> None:
@@ -212,16 +221,18 @@ def _has_cpu_kernel(qualified: str) -> bool:
 
 
 def _composites_with_cpu_kernels() -> List[str]:
-    """Ops torch runs as a composite on a device lacking them although the CPU has a kernel
-    of its own (``native_layer_norm``): the host route claims them so that emu computes what
-    the CPU computes."""
+    """Ops that reach a device lacking them through one of torch's composite kernels although
+    the CPU has a kernel of its own: ``native_layer_norm`` (a composite of smaller ops) and
+    the functional and in-place forms of structured ops (``gelu``, ``add_``: the CPU runs
+    their own kernel where a device gets ``gelu.out`` into a fresh output).  The host route
+    claims them so that emu computes what the CPU computes, the same way."""
     names = []
     for qualified in torch._C._dispatch_get_all_op_names():
         if not qualified.startswith("aten::"):
             continue
         has = lambda key: torch._C._dispatch_has_kernel_for_dispatch_key(qualified, key)  # noqa: E731
-        if has("CPU") and has("CompositeExplicitAutograd") and not has("PrivateUse1") \
-                and not has("CompositeExplicitAutogradNonFunctional"):
+        if has("CPU") and not has("PrivateUse1") and (has("CompositeExplicitAutograd")
+                                                        or has("CompositeExplicitAutogradNonFunctional")):
             names.append(qualified[len("aten::"):])
     return sorted(names)
 

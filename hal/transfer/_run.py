@@ -60,13 +60,13 @@ def _announce_fallbacks(echo: bool) -> None:
     """On the emulator, each op's first fallback is one line at the script's line that led to
     it (logger ``hal.transfer``, so ``--quiet`` silences it), printed where the redirections
     are (rank 0); other ranks count silently."""
-    from hal.emu._dispatch import set_notice
+    from hal.emu._dispatch import set_notice, torch_context
     from hal.transfer._log import LOGGER
 
     def notice(op: str, route: str, where) -> None:
         if not echo:
             return
-        site = user_site(2) or "(torch's own code)"
+        site = user_site(2) or f"({torch_context()})"
         how = "decomposed into other ops" if route == "decomposition" else "ran the CPU's kernel on the host"
         LOGGER.warning("%s: %s is not native on emu; %s (fallback, counted in the report)", site, op, how)
 
