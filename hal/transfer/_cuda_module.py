@@ -9,7 +9,6 @@ selected backend to the user's code: no accelerator on the CPU backend.
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
 import sys
 from typing import Callable
@@ -19,7 +18,7 @@ import torch
 from hal._errors import NotSupported
 from hal.backend import host_memory_bytes
 from hal.transfer._caller import INTERNAL_NAMES, INTERNAL_PREFIXES
-from hal.transfer._devices import MARK, LEGACY_TYPES
+from hal.transfer._devices import MARK, LEGACY_TYPES, marked
 from hal.transfer._shim import Transfer
 
 _getframe = sys._getframe
@@ -56,12 +55,7 @@ def split(orig: Callable, for_user: Callable) -> Callable:
         if name and (name in INTERNAL_NAMES or name.startswith(INTERNAL_PREFIXES)):
             return orig(*args, **kwargs)
         return for_user(*args, **kwargs)
-    try:
-        functools.update_wrapper(call, orig)
-    except (AttributeError, TypeError):
-        pass
-    setattr(call, MARK, True)
-    return call
+    return marked(call, orig)
 
 
 def _patch(t: Transfer, owner, name: str, for_user: Callable) -> None:

@@ -207,7 +207,7 @@ struct Call {
       index = d;
     } else if (d != index && !info->mixed_ok) {
       TORCH_CHECK(false, "Expected all tensors to be on the same device, but found at least two devices, emu:",
-                  index, " and emu:", d, "! (when checking arguments for ", info->name, ")");
+                  static_cast<int>(index), " and emu:", static_cast<int>(d), "! (when checking arguments for ", info->name, ")");
     }
   }
 
@@ -325,7 +325,7 @@ void host_call(const c10::OperatorHandle& op, torch::jit::Stack* stack, bool cou
   if (call.index >= 0) {
     if (call.host_arg && !info.mixed_ok) {
       TORCH_CHECK(false, "Expected all tensors to be on the same device, but found at least two devices, emu:",
-                  call.index, " and ", call.host_arg->device(), "! (when checking arguments for ", info.name, ")");
+                  static_cast<int>(call.index), " and ", call.host_arg->device(), "! (when checking arguments for ", info.name, ")");
     }
     for (size_t g : info.generators) {
       c10::IValue& v = (*stack)[first + g];
