@@ -255,3 +255,38 @@ def test_the_emulator_plugin_profile_loads():
     problems = []
     ps = load_torch_profiles(problems=problems)
     assert "emu" in ps and not problems, problems
+
+
+# -- op_coverage targets ---------------------------------------------------------------------------------------
+def test_targets_lists_onnx_and_torch_with_their_kind(run_cli):
+    r = run_cli("targets", "--json", "--no-plugins")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["format"] == "op_coverage.targets/2"
+    kinds = {(t["name"], t["kind"]) for t in doc["targets"]}
+    assert {("ascend", "onnx"), ("ort-cuda", "onnx"), ("ascend-2.13", "torch"), ("musa-2.7", "torch")} <= kinds
+    row = next(t for t in doc["targets"] if t["name"] == "ascend-2.13")
+    assert row["aliases"] == ["ascend", "npu"] and row["torch_version"] == "2.13.0"
+    assert row["unimplemented"] == "cpu_fallback" and row["source"]["repo"] == "Ascend/pytorch"
+
+    r = run_cli("targets", "--kind", "torch", "--no-plugins")
+    lines = r.stdout.splitlines()
+    assert lines[0].split()[:3] == ["name", "kind", "ops"]
+    assert any(ln.split()[:2] == ["musa-2.7", "torch"] for ln in lines)
+    assert not any(ln.split()[1:2] == ["onnx"] for ln in lines[1:] if ln.strip())
+
+
+def test_targets_details_and_torch_profile_files(run_cli, tmp_path):
+    data = json.loads((DATA / "musa-2.7.json").read_text())
+    data.update(name="my-npu", aliases=[], vendor="my")
+    f = tmp_path / "my.json"
+    f.write_text(json.dumps(data))
+    r = run_cli("targets", "--details", "--kind", "torch", "--profile", str(f), "--no-plugins")
+    assert r.returncode == 0, r.stderr
+    assert "my-npu [torch]" in r.stdout and "a missing op: error" in r.stdout and "uncertain:" in r.stdout
+
+
+def test_onnx_scan_with_a_torch_target_name_says_so(run_cli):
+    r = run_cli("scan", "-t", "ascend-2.13", "--no-plugins")
+    assert r.returncode == 16
+    assert "'ascend-2.13' is a torch target" in r.stderr
