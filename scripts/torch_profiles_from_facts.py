@@ -192,7 +192,7 @@ def unimplemented_for(vendor: str, facts: dict) -> dict:
 EXTRA_UNCERTAIN = {
     "ascend": ["generic_registered is empty in the facts although torchnpugen binds a slow per-tensor CPU-loop "
                "kernel to every _foreach op without an NPU entry; every such op is CompositeExplicitAutograd in "
-               "PyTorch (checked for 2.13.0), so it is judged composite (cea) here, which runs the same loop."],
+               "PyTorch (checked for 2.7.1 and 2.13.0), so it is judged composite (cea) here, which runs the same loop."],
     "gcu": ["Unofficial third-party upload: treat every verdict as provisional until checked on Enflame hardware.",
             "The list looks short for a training stack (no threshold_backward, no gelu_backward.grad_input); such "
             "ops take the CPU fallback, so 'missing' here may mean 'not in this copy' rather than 'not in torch_gcu'.",
