@@ -139,7 +139,8 @@ def load_trace(path) -> dict:
         with open(path, encoding="utf-8") as f:
             trace = json.load(f)
     except FileNotFoundError:
-        raise ValueError(f"trace {path}: no such file; record one with 'op_coverage trace train.py -o {path}'") from None
+        raise ValueError(f"trace {path}: no such file; record one with "
+                         f"'op_coverage trace train.py -o {path}'") from None
     except (OSError, ValueError) as exc:
         raise ValueError(f"trace {path}: not readable JSON ({exc}); record it again with op_coverage trace") from None
     if not isinstance(trace, dict) or trace.get("schema") != TRACE_SCHEMA or not isinstance(trace.get("ops"), list):

@@ -193,7 +193,8 @@ def build_call(op, cfg: Config, seed: int = 0, device: Optional[torch.device] = 
         if a.name == "device" and type_name(a.type).startswith("Device") and device is not None:
             v = device
         if a.kwarg_only:
-            if a.has_default_value() and a.name != "device" and not (a.alias_info is not None and a.alias_info.is_write):
+            is_out = a.alias_info is not None and a.alias_info.is_write
+            if a.has_default_value() and a.name != "device" and not is_out:
                 continue
             kwargs[a.name] = v
         else:

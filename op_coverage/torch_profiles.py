@@ -132,7 +132,7 @@ class Verdict:
     """How one target runs one aten op.
 
     ``status``: native / composite / missing.  ``via``: listed, structured_delegate:<out op>, generic,
-    cia, cea, ceanf, parent:<op> (a CUDA-only op judged at its parent) or always_cpu.
+    cia, cea, ceanf, parent:<op> (a CUDA-only op judged at its parent), always_cpu, or "" (missing).
     ``behaviour`` (missing only): cpu_fallback, error, error_unless_env or unknown.
     ``message``: the vendor's text for this op when it is missing (the error, or the fallback warning).
     """
@@ -200,7 +200,8 @@ class TorchProfile:
             raise BadProfile(f"{where}: unimplemented.default is {u.get('default')!r}; use one of "
                              f"{', '.join(BEHAVIOURS)}")
         return cls(name=d["name"], torch_version=d["torch_version"], device_type=d["device_type"],
-                   ops=frozenset(d["ops"]), ops_via_structured_delegate=frozenset(d.get("ops_via_structured_delegate", ())),
+                   ops=frozenset(d["ops"]),
+                   ops_via_structured_delegate=frozenset(d.get("ops_via_structured_delegate", ())),
                    generic_registered=frozenset(d.get("generic_registered", ())), unimplemented=u,
                    aliases=list(d.get("aliases", [])), vendor=d.get("vendor") or d["name"].split("-")[0],
                    title=d.get("title", d["name"]), partial=bool(d.get("partial", False)),

@@ -40,7 +40,8 @@ GENERIC_SRC = ("torch's dispatcher error (c10 Dispatcher::reportError, raised as
                "kernel and no fallback is registered for the dispatch key")
 ASCEND_WARN = ("CAUTION: The operator 'aten::{op}' is not currently supported on the NPU backend and will fall "
                "back to run on the CPU. This may have performance implications.")
-ASCEND_SRC = "Ascend/pytorch torch_npu/csrc/aten/VariableFallbackKernel.cpp, npu_cpu_fallback (TORCH_NPU_WARN, once per op)"
+ASCEND_SRC = ("Ascend/pytorch torch_npu/csrc/aten/VariableFallbackKernel.cpp, npu_cpu_fallback (TORCH_NPU_WARN, "
+              "once per op)")
 MLU_WARN = ("The operator 'aten::{op}' is not currently supported on the MLU backend and will fall back to run "
             "on the CPU. This may have performance implications.")
 MLU_ERR = ("The operator 'aten::{op}' is not currently implemented for the MLU device. If you want this op to "
@@ -95,12 +96,14 @@ PROFILES = [
     dict(name="ascend-2.7", vendor="ascend", file="ascend-torch_npu-26.1.0-pt2.7.1.json",
          plugin={"name": "torch_npu", "version": "26.1.0"}, title="Huawei Ascend NPU, torch_npu 26.1.0 (torch 2.7.1)"),
     dict(name="ascend-2.13", vendor="ascend", file="ascend-torch_npu-26.2.0b1-pt2.13.0.json", aliases=["ascend", "npu"],
-         plugin={"name": "torch_npu", "version": "26.2.0b1"}, title="Huawei Ascend NPU, torch_npu 26.2.0b1 (torch 2.13.0)"),
+         plugin={"name": "torch_npu", "version": "26.2.0b1"},
+         title="Huawei Ascend NPU, torch_npu 26.2.0b1 (torch 2.13.0)"),
     dict(name="musa-2.7", vendor="musa", file="musa-torch_musa-2.7.1.json", aliases=["musa", "moore-threads"],
          plugin={"name": "torch_musa", "version": "2.7.1"}, title="Moore Threads MUSA, torch_musa 2.7.1"),
     dict(name="mlu-2.4", vendor="mlu", file="mlu-torch_mlu-1.25.0-pt2.4.1.json", aliases=["mlu", "cambricon"],
          plugin={"name": "torch_mlu", "version": "1.25.0"}, title="Cambricon MLU, torch_mlu 1.25.0 (torch 2.4.1)"),
-    dict(name="xpu-2.13", vendor="xpu", file="xpu-torch-xpu-ops-release2.13-pt2.13.0.json", aliases=["xpu", "intel-gpu"],
+    dict(name="xpu-2.13", vendor="xpu", file="xpu-torch-xpu-ops-release2.13-pt2.13.0.json",
+         aliases=["xpu", "intel-gpu"],
          plugin={"name": "torch (XPU build, intel/torch-xpu-ops release/2.13)", "version": "2.13.0"},
          title="Intel GPU (XPU), PyTorch 2.13.0 with torch-xpu-ops"),
     dict(name="mps-2.13", vendor="mps", file="pytorch-mps-2.13.0.json", aliases=["mps", "apple"],
@@ -192,7 +195,8 @@ def unimplemented_for(vendor: str, facts: dict) -> dict:
 EXTRA_UNCERTAIN = {
     "ascend": ["generic_registered is empty in the facts although torchnpugen binds a slow per-tensor CPU-loop "
                "kernel to every _foreach op without an NPU entry; every such op is CompositeExplicitAutograd in "
-               "PyTorch (checked for 2.7.1 and 2.13.0), so it is judged composite (cea) here, which runs the same loop."],
+               "PyTorch (checked for 2.7.1 and 2.13.0), so it is judged composite (cea) here, which runs the same "
+               "loop."],
     "gcu": ["Unofficial third-party upload: treat every verdict as provisional until checked on Enflame hardware.",
             "The list looks short for a training stack (no threshold_backward, no gelu_backward.grad_input); such "
             "ops take the CPU fallback, so 'missing' here may mean 'not in this copy' rather than 'not in torch_gcu'.",

@@ -77,8 +77,10 @@ def test_unimplemented_behaviour_is_each_vendors(profiles):
     assert "native_layer_norm_backward" in u["gcu-2.10"]["chip_cpu"]["s60"]
     assert any(s["env"] == "ENABLE_FALLBACK_TO_CPU" and s["effect"] == "error" for s in u["mlu-2.4"]["switches"])
     # vendor texts, {op} the only placeholder; torch's own text is marked generic
-    assert u["mps-2.13"]["error_message_kind"] == "vendor" and "PYTORCH_ENABLE_MPS_FALLBACK=1" in u["mps-2.13"]["error_message"]
-    assert u["musa-2.7"]["error_message_kind"] == "generic" and "from the 'musa' backend" in u["musa-2.7"]["error_message"]
+    assert u["mps-2.13"]["error_message_kind"] == "vendor"
+    assert "PYTORCH_ENABLE_MPS_FALLBACK=1" in u["mps-2.13"]["error_message"]
+    assert u["musa-2.7"]["error_message_kind"] == "generic"
+    assert "from the 'musa' backend" in u["musa-2.7"]["error_message"]
     assert "on the NPU backend and will fall back" in u["ascend-2.13"]["warning_message"]
     for n, x in u.items():
         for key in ("error_message", "warning_message"):
