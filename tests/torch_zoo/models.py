@@ -56,7 +56,9 @@ class Workload:
                        targets=mv(self.targets))
 
     def step(self, optimizer, scheduler=None, phase: Callable[[str], None] = lambda name: None):
-        """One training step; returns the loss (a 0-dim tensor on the workload's device)."""
+        """One training step; returns the loss (a 0-dim tensor on the workload's device; backward has
+        freed its graph).  The step runs no op of its own beyond the protocol's: nothing to record
+        but the workload's."""
         self.model.train()
         phase("forward")
         out = self.model(*self.example_inputs)
@@ -72,7 +74,7 @@ class Workload:
             scheduler.step()
         phase("other")
         optimizer.zero_grad(set_to_none=True)
-        return loss.detach()
+        return loss
 
 
 def train(factory: Callable[..., Workload], device="cpu", steps: int = 20, seed: int = 0) -> list[float]:
@@ -83,7 +85,7 @@ def train(factory: Callable[..., Workload], device="cpu", steps: int = 20, seed:
     sched = w.scheduler_factory(opt) if w.scheduler_factory else None
     torch.manual_seed(seed)  # the generators dropout draws from, CPU and devices alike
     losses = [w.step(opt, sched) for _ in range(steps)]
-    return [float(x) for x in torch.stack(losses).cpu()]
+    return [float(x) for x in torch.stack(losses).detach().cpu()]
 
 
 def _fused_or_foreach(params) -> dict:

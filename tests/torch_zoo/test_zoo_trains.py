@@ -212,3 +212,12 @@ def test_recording_a_step_is_repeatable_and_covers_every_phase():
         assert all(rec.by_phase[p] for p in ("forward", "backward", "optimizer")), name
         if name == "cnn_bn":
             assert record_step(ARCHITECTURES[name], "cpu").by_phase == rec.by_phase
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("emu", marks=pytest.mark.emu)])
+def test_llama_block_steps_with_fused_adamw(request, device):
+    """torch 2.13 has fused AdamW for the CPU and for PrivateUse1 devices (emu runs it on the host)."""
+    if device == "emu":
+        request.getfixturevalue("emu")
+    rec = record_step(ARCHITECTURES["llama_block"], device)
+    assert rec.by_phase["optimizer"]["_fused_adamw_"] == 1
