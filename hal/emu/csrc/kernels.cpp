@@ -532,7 +532,7 @@ std::tuple<at::Tensor, at::Tensor> native_dropout(const at::Tensor& input, doubl
     return {input.clone(), at::ones_like(input, input.options().dtype(at::kBool))};
   double keep = 1.0 - p;
   double scale = keep == 0 ? 0.0 : 1.0 / keep;
-  at::Tensor mask = at::empty_like(x, at::MemoryFormat::Contiguous);
+  at::Tensor mask = at::empty_like(x);  // the input's layout, as the CPU's dropout draws it
   mask.bernoulli_(keep, host_generator(default_generator(index)));
   at::Tensor out = x.mul(mask).mul_(scale);
   return {adopt(out, index), adopt(mask.to(at::kBool), index)};

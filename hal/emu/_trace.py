@@ -1,0 +1,66 @@
+"""The emulated device's op trace: every aten op that reaches it, as a vendor kernel receives it.
+
+Recorded in C++ from the dispatcher's RecordFunction callbacks (``hal/emu/csrc/trace.cpp``):
+calls on emu tensors, or with an emu device argument, whose kernel on the device is not
+torch's CompositeImplicitAutograd decomposition (those decompose above the device; their
+pieces arrive one by one).  A call made while another device call runs (the pieces of a
+CompositeExplicitAutograd kernel such as ``_to_copy``) is counted as nested under its parent,
+so top-level counts are what a dispatch mode at the Python key sees.  hal's own calls
+(:func:`hal.emu._dispatch.uncounted`) are not recorded.  No tensor data is kept.
+"""
+from __future__ import annotations
+
+import threading
+from typing import Dict, List
+
+from hal.emu import _dispatch
+
+
+class DeviceOpTrace:
+    """Start with :meth:`start`, read :meth:`rows`, end with :meth:`stop` (one at a time)."""
+
+    def __init__(self) -> None:
+        self._first: Dict[str, str] = {}
+        self._lock = threading.Lock()
+
+    def _first_seen(self, op: str) -> None:
+        from hal.transfer._caller import user_site
+        site = user_site(2) or f"<{_dispatch.torch_context()}>"
+        with self._lock:
+            self._first.setdefault(op, site)
+
+    def start(self) -> "DeviceOpTrace":
+        """Clear and start recording (the emulator must be the selected backend)."""
+        _native().trace_start(self._first_seen)
+        return self
+
+    def stop(self) -> None:
+        """Stop recording; the rows stay readable."""
+        _native().trace_stop()
+
+    @staticmethod
+    def optimizer_step(inside: bool) -> None:
+        """Ops between ``optimizer_step(True)`` and ``optimizer_step(False)`` are the optimizer's."""
+        _native().trace_set_optimizer(inside)
+
+    def rows(self) -> List[dict]:
+        """One dict per op: ``op`` (overload name, e.g. ``add.Tensor``), ``count`` (top-level
+        calls), ``nested`` (calls made inside another device op, by ``parents``), ``phases``
+        (forward: everything outside backward and the optimizer step; backward; optimizer),
+        ``dtypes``, ``first_frame`` (the user's ``file:line``, or the backward node)."""
+        out = []
+        for r in _native().trace_rows():
+            out.append({"op": r["op"], "count": r["top"], "nested": r["nested"],
+                        "parents": dict(sorted(r["parents"].items())), "dtypes": list(r["dtypes"]),
+                        "phases": {"forward": r["forward"], "backward": r["backward"],
+                                   "optimizer": r["optimizer"]},
+                        "first_frame": self._first.get(r["op"])})
+        return out
+
+
+def _native():
+    if _dispatch._C is None:
+        from hal._errors import HalError
+        raise HalError("the op trace records the emulated device: select it first "
+                       "(HAL_BACKEND=emu, then import hal)")
+    return _dispatch._C
