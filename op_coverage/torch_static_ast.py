@@ -215,7 +215,7 @@ class Scanner(ast.NodeVisitor):
             return {}
         s = _const_str(ml)
         if s is not None and s.startswith("cuda"):
-            return {"what": f"`torch.jit.load(map_location={s!r})`: hal run does not map it; the module restores on cuda and fails"}
+            return {"what": f"`torch.jit.load(map_location={s!r})`: {rule['what']}"}
         return None
 
     def _check_cuda_sources(self, rule, name, call, assigned):
@@ -364,7 +364,8 @@ class Scanner(ast.NodeVisitor):
                          self.index.by_id["tensor-device-compare"]["what"])
             elif func.attr == "pin_memory" and not node.args:
                 self.hit("tensor-pin-memory", node)
-            elif func.attr == "add_argument" and node.args and _const_str(node.args[0]) in ("--local_rank", "--local-rank"):
+            elif func.attr == "add_argument" and node.args \
+                    and _const_str(node.args[0]) in ("--local_rank", "--local-rank"):
                 self.hit("launch-local-rank-arg", node)
         if name is None:
             return
@@ -517,7 +518,7 @@ def _cuda_sites(fn) -> Iterator[ast.AST]:
     for n in ast.walk(fn):
         if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "cuda":
             yield n
-        elif isinstance(n, ast.Constant) and isinstance(n.value, str) and (n.value == "cuda" or n.value.startswith("cuda:")):
+        elif _const_str(n) is not None and (n.value == "cuda" or n.value.startswith("cuda:")):
             yield n
 
 

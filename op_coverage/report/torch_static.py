@@ -21,7 +21,8 @@ LEVEL_LABEL = {"change": "CHANGE", "caveat": "caveat", "ok": "ok"}
 LEVEL_TITLE = {"change": "Needs a change", "caveat": "Runs via hal run, with a caveat", "ok": "Works via hal run"}
 COLOR = {"change": ONNX_COLOR["unsupported"], "caveat": ONNX_COLOR["host-fallback"], "ok": ONNX_COLOR["native"]}
 CSV_COLUMNS = ["file", "line", "col", "level", "category", "rule", "what", "fix", "code", "source"]
-STYLE = ONNX_STYLE + "\n.change{background:#fde2e1}.caveat{background:#fff4ce}.ok{background:#e6f4ea}code{font-size:13px}"
+STYLE = (ONNX_STYLE + "\n.change{background:#fde2e1}.caveat{background:#fff4ce}.ok{background:#e6f4ea}"
+         "code{font-size:13px}")
 
 
 def summary_line(report) -> str:
