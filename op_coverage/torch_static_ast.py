@@ -466,11 +466,11 @@ class Scanner(ast.NodeVisitor):
         if init is not None:
             s = _const_str(init)
             scheme = s.split("://")[0] + "://" if s and "://" in s else None
-            form = f"init_method={scheme or _src(init)}"
+            form = f"init_method {scheme or _src(init)}"
         elif store is not None:
-            form = "store=..."
+            form = "a store object"
         else:
-            form = "env:// (default: MASTER_ADDR/MASTER_PORT/RANK/WORLD_SIZE from torchrun)"
+            form = "init_method env:// (the default: MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE from the launcher)"
         shown = _src(backend) if backend is not None else "default"
         if short == "new_group" and backend is None:
             return
@@ -483,7 +483,7 @@ class Scanner(ast.NodeVisitor):
         r = self.index.by_id[rule]
         via = f" (`{shown}` can be {' or '.join(repr(v) for v in values)})" if backend is not None and \
             not isinstance(backend, ast.Constant) and values else ""
-        what = f"`{short}(backend={shown}, {form})`{via}: {r['what']}"
+        what = f"`{short}(backend={shown})`{via}, {form}: {r['what']}"
         self.hit(rule, node, what=what)
 
     def _strings(self, node, depth: int = 0) -> List[str]:

@@ -35,13 +35,13 @@ def summary_line(report) -> str:
 def render_table(report, color: bool = False, width: int = 80, fail_on: str = "caveat") -> str:
     """Findings grouped by file, in line order; changes and caveats with their fix, the rest one line each."""
     out = ["Migration checklist (static: read, not run) for hal run", ""]
-    current = None
+    current, shown = None, {}
     for f in report.findings:
         if f.file != current:
             if current is not None:
                 out.append("")
             out.append(f.file)
-            current = f.file
+            current, shown = f.file, {}
         tag = LEVEL_LABEL[f.level].ljust(6)
         if color:
             tag = f"{COLOR[f.level]}{tag}{RESET}"
@@ -54,7 +54,9 @@ def render_table(report, color: bool = False, width: int = 80, fail_on: str = "c
         body = textwrap.wrap(text, max(20, width - len(indent)))
         out.append(head + body[0])
         out += [indent + line for line in body[1:]]
-        out += textwrap.wrap("fix: " + f.fix, width, initial_indent=indent, subsequent_indent=indent + "     ")
+        fix = f"fix: as at line {shown[f.rule, f.fix]}" if (f.rule, f.fix) in shown else "fix: " + f.fix
+        shown.setdefault((f.rule, f.fix), f.line)
+        out += textwrap.wrap(fix, width, initial_indent=indent, subsequent_indent=indent + "     ")
     if report.findings:
         out.append("")
     for w in getattr(report, "warnings", ()):
@@ -96,8 +98,8 @@ def render_markdown(report) -> str:
         out.append("")
     ok = [f for f in report.findings if f.level == "ok"]
     if ok:
-        out += [f"## {LEVEL_TITLE['ok']}", "", "| where | category | what |", "|---|---|---|"]
-        out += [f"| `{f.where}` | {f.category} | {_esc(f.what)} |" for f in ok]
+        out += [f"## {LEVEL_TITLE['ok']}", "", "| where | category | what | note |", "|---|---|---|---|"]
+        out += [f"| `{f.where}` | {f.category} | {_esc(f.what)} | {_esc(f.fix)} |" for f in ok]
         out.append("")
     bad = [m for m in report.files if m["status"] != "scanned"]
     for m in bad:
