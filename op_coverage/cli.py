@@ -167,7 +167,7 @@ def _cmd_scan(a) -> int:
     from .scan import scan
     from .targets import load_targets
 
-    if a.path is not None and _is_python(a.path):
+    if a.path is not None and (_is_python(a.path) or (a.static and Path(a.path).is_dir())):
         return _scan_python(a)
     if a.static:
         raise NotAvailable(f"--static reads Python training scripts; {a.path or 'the bundled example'} is not a "

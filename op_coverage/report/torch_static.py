@@ -59,8 +59,6 @@ def render_table(report, color: bool = False, width: int = 80, fail_on: str = "c
         out += textwrap.wrap(fix, width, initial_indent=indent, subsequent_indent=indent + "     ")
     if report.findings:
         out.append("")
-    for w in getattr(report, "warnings", ()):
-        out += textwrap.wrap("warning: " + w, width)
     out += textwrap.wrap(summary_line(report) + f"; exit code {report.exit_code(fail_on)}", width)
     out.append("CHANGE = needs a code change, caveat = runs via hal run but differs from CUDA, ok = works via hal "
                "run (--format md lists every fix)" if width >= 100 else
