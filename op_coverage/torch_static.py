@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ast
 import os
+import sys
 import time
 import tokenize
 from dataclasses import asdict, dataclass, field
@@ -30,6 +31,8 @@ LEVELS = ("ok", "caveat", "change")
 FAIL_ON = {"caveat": "caveat", "change": "change", "never": None,
            "fallback": "caveat", "restriction": "caveat", "unsupported": "change"}
 EXIT = {"ok": 0, "caveat": 3, "change": 4}
+#: recursion limit while walking one tree (a chain of N binary operators is N levels deep)
+DEEP = 20000
 #: folders never scanned inside a given folder
 SKIP_DIRS = frozenset({"__pycache__", "node_modules", "site-packages", "venv", ".venv", "env", ".tox", ".git",
                        "build", "dist", ".eggs"})
@@ -63,7 +66,7 @@ class StaticReport:
     """What :func:`static_scan` returns; ``to_dict()`` is the ``--json`` form."""
 
     paths: List[str]
-    files: List[dict]  # [{"path", "lines", "status"}]; status: scanned / syntax-error / not-utf8
+    files: List[dict]  # [{"path", "lines", "status"}]; status: scanned / syntax-error / not-utf8 / too-deep
     findings: List[Finding]
     vendors: List[str]
     seconds: float = 0.0
@@ -195,16 +198,25 @@ def scan_file(path: Path, shown: str, rules: dict, fill: dict, index=None) -> "t
     findings: List[Finding] = []
     if status == "not-utf8":
         findings.append(_finding(by_id["not-utf8"], shown, 1, 0, lines, fill))
+    rule = by_id["syntax-error"]
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, DEEP))  # long a + b + ... chains nest one level per term
     try:
-        tree = ast.parse(text, filename=shown)
+        hits = scan_tree(ast.parse(text, filename=shown), index)
     except (SyntaxError, ValueError) as e:
         line = getattr(e, "lineno", None) or 1
         reason = getattr(e, "msg", None) or str(e)
-        rule = by_id["syntax-error"]
         findings.append(_finding(rule, shown, line, (getattr(e, "offset", None) or 1) - 1, lines, fill,
                                  what=f"SyntaxError: {reason}: {rule['what']}"))
         return {"path": shown, "lines": len(lines), "status": "syntax-error"}, findings
-    for h in scan_tree(tree, index):
+    except RecursionError:
+        findings.append(_finding(rule, shown, 1, 0, lines, fill,
+                                 what="an expression nested too deeply to scan: the file was not checked",
+                                 fix="split the expression (a long chain of + or and), or review this file by hand"))
+        return {"path": shown, "lines": len(lines), "status": "too-deep"}, findings
+    finally:
+        sys.setrecursionlimit(limit)
+    for h in hits:
         findings.append(_finding(by_id[h.rule], shown, h.line, h.col, lines, fill, what=h.what, fix=h.fix,
                                  level=h.level))
     return {"path": shown, "lines": len(lines), "status": status}, findings

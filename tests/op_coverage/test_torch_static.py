@@ -349,6 +349,16 @@ def test_folder_syntax_error_and_non_utf8_keep_scanning(tmp_path):
     assert syn.level == "change" and "SyntaxError" in syn.what and syn.code == "print 'hello'"
 
 
+def test_long_chains_scan_and_too_deep_is_a_finding(tmp_path):
+    (tmp_path / "long.py").write_text("x = " + " + ".join(["a"] * 3000) + "\nimport apex\n")
+    (tmp_path / "deep.py").write_text("x = " + " + ".join(["a"] * 60000) + "\n")
+    r = static_scan(tmp_path)
+    assert [(Path(m["path"]).name, m["status"]) for m in r.files] == [("deep.py", "too-deep"), ("long.py", "scanned")]
+    assert [(Path(f.file).name, f.line, f.rule) for f in r.findings] == [("deep.py", 1, "syntax-error"),
+                                                                          ("long.py", 2, "apex")]
+    assert sys.getrecursionlimit() < 20000
+
+
 def test_missing_path_and_empty_folder(tmp_path):
     with pytest.raises(ScriptNotFound, match="no such file"):
         static_scan(tmp_path / "nope.py")
