@@ -151,9 +151,9 @@ def resolve_vendors(names: Iterable[str], rules: Optional[dict] = None) -> "tupl
         return list(table), []
     keys, unknown = [], []
     for w in wanted:
+        base = w.split("-")[0]  # torch profile names: ascend-2.13, mlu-2.4, musa-2.7
         hit = [k for k, v in table.items()
-               if w in (k, v["device_type"], v["c10d_backend"] or "", v["vendor"].lower())
-               or w.split("-")[0] == k]
+               if {w, base} & {k, v["device_type"], v["c10d_backend"] or "", v["vendor"].lower()}]
         if hit:
             keys += [k for k in hit if k not in keys]
         else:
