@@ -17,16 +17,38 @@ from .scan import scan  # noqa: E402
 from .targets import load_targets  # noqa: E402
 
 
-def list_targets(profile_files=None) -> list[dict]:
-    """Every known target with its kind, provenance and caveats (what ``op_coverage targets`` prints)."""
-    ts = load_targets(profile_files)
-    ts.load_plugins()
-    ts.get("ort-live")
+def list_targets(profile_files=None, kinds=("onnx", "torch"), use_plugins: bool = True,
+                 problems: list | None = None) -> list[dict]:
+    """Every known target with its kind (``onnx`` or ``torch``), provenance and caveats.
+
+    What ``op_coverage targets`` prints.  ``profile_files`` may mix ONNX and torch profiles (told
+    apart by their ``schema`` field); ``profile_kind`` says where a profile comes from.
+    """
+    from .targets import split_profile_files
+
+    onnx_files, torch_files = split_profile_files(profile_files)
     out = []
-    for p in ts.profiles.values():
-        out.append({"name": p.name, "aliases": p.aliases, "title": p.title, "kind": p.kind,
-                    "provenance": p.provenance(), "source": p.source, "origin": p.origin,
-                    "entries": len(p.entries), "uncertain": p.uncertain, "fallback_profile": p.fallback_profile})
+    if "onnx" in kinds:
+        ts = load_targets(onnx_files, use_plugins=use_plugins)
+        ts.load_plugins()
+        try:
+            ts.get("ort-live")
+        except ScanError:
+            pass  # no onnxruntime here: the live target is simply not listed
+        for p in ts.profiles.values():
+            out.append({"name": p.name, "aliases": p.aliases, "title": p.title, "kind": "onnx",
+                        "profile_kind": p.kind, "provenance": p.provenance(), "source": p.source,
+                        "origin": p.origin, "entries": len(p.entries), "uncertain": p.uncertain,
+                        "fallback_profile": p.fallback_profile})
+        if problems is not None:
+            problems += ts.problems
+    if "torch" in kinds:
+        from .torch_profiles import load_torch_profiles
+
+        from .torch_profiles import version_key
+
+        tps = load_torch_profiles(torch_files, use_plugins=use_plugins, problems=problems).values()
+        out += [p.summary() for p in sorted(tps, key=lambda p: (p.vendor, version_key(p.torch_version), p.name))]
     return out
 
 

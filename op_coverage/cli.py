@@ -106,11 +106,18 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--no-plugins", action="store_true", help="ignore profiles from hal backend plugins")
     s.add_argument("--width", type=int, default=80, help="table width in columns (default 80)")
 
-    t = sub.add_parser("targets", formatter_class=fmt, help="list target profiles and their provenance",
-                       epilog="examples:\n  op_coverage targets\n  op_coverage targets --json\n"
-                              "  op_coverage targets --profile my_npu.json\n")
-    t.add_argument("--json", action="store_true", help="machine-readable list")
-    t.add_argument("--profile", action="append", default=[], metavar="FILE", help="extra profile JSON")
+    t = sub.add_parser("targets", formatter_class=fmt, help="list ONNX and torch target profiles and their provenance",
+                       description="Every target profile, ONNX (models) and torch (training scripts), with its kind.",
+                       epilog="examples:\n  op_coverage targets\n  op_coverage targets --kind torch\n"
+                              "  op_coverage targets --json\n  op_coverage targets --details\n"
+                              "  op_coverage targets --profile my_npu.json   # ONNX or torch profile, by its schema\n")
+    t.add_argument("--json", action="store_true", help="machine-readable list (format op_coverage.targets/2)")
+    t.add_argument("--kind", choices=("onnx", "torch"), action="append", default=[],
+                   help="only targets of this kind (repeatable; default: both)")
+    t.add_argument("--details", action="store_true", help="also each target's source and what is uncertain")
+    t.add_argument("--profile", action="append", default=[], metavar="FILE",
+                   help="extra profile JSON (ONNX: profile.schema.json; torch: torch_profile.schema.json)")
+    t.add_argument("--no-plugins", action="store_true", help="ignore profiles from hal backend plugins")
     from . import cli_rewrite, conformance
     cli_rewrite.add_parser(sub)
     conformance.add_parser(sub)
@@ -195,20 +202,36 @@ def _cmd_scan(a) -> int:
 def _cmd_targets(a) -> int:
     from . import list_targets
 
-    rows = list_targets(a.profile)
+    problems: list = []
+    rows = list_targets(a.profile, kinds=tuple(a.kind) or ("onnx", "torch"), use_plugins=not a.no_plugins,
+                        problems=problems)
+    for prob in problems:
+        print(f"op_coverage: warning: {prob}", file=sys.stderr)
     if a.json:
-        print(json.dumps({"format": "op_coverage.targets/1", "targets": rows}, indent=2, ensure_ascii=False))
+        print(json.dumps({"format": "op_coverage.targets/2", "targets": rows}, indent=2, ensure_ascii=False))
         return 0
+    from hal.cli._term import table
+    body = []
     for r in rows:
-        alias = f" (also: {', '.join(r['aliases'])})" if r["aliases"] else ""
-        print(f"{r['name']}{alias}")
-        print(textwrap.fill(f"{r['title']} [{r['kind']}, {r['entries']} entries]", 80, initial_indent="  ",
-                            subsequent_indent="  "))
-        print(textwrap.fill(f"source: {r['provenance']}", 80, initial_indent="  ", subsequent_indent="    "))
-        if r["fallback_profile"]:
-            print(f"  ops it lacks run as host-fallback when {r['fallback_profile']} has them")
-        for u in r["uncertain"]:
-            print(textwrap.fill(f"uncertain: {u}", 80, initial_indent="  ", subsequent_indent="    "))
+        body.append((r["name"], r["kind"], r["entries"], ", ".join(r["aliases"]), r["title"]))
+    if not a.details:
+        print(table(body, ("name", "kind", "ops", "aliases", "title"), [14, 5, 5, 22, 60]))
+    if a.details:
+        for r in rows:
+            alias = f" (also: {', '.join(r['aliases'])})" if r["aliases"] else ""
+            print(f"{r['name']} [{r['kind']}]{alias}")
+            print(textwrap.fill(f"{r['title']} [{r['profile_kind']}, {r['entries']} entries]", 80,
+                                initial_indent="  ", subsequent_indent="  "))
+            print(textwrap.fill(f"source: {r['provenance']}", 80, initial_indent="  ", subsequent_indent="    "))
+            if r["fallback_profile"]:
+                print(f"  ops it lacks run as host-fallback when {r['fallback_profile']} has them")
+            if r["kind"] == "torch":
+                print(f"  torch {r['torch_version']}, device type {r['device_type']}; a missing op: "
+                      f"{r['unimplemented']}" + (" (PARTIAL list)" if r["partial"] else ""))
+            for u in r["uncertain"]:
+                print(textwrap.fill(f"uncertain: {u}", 80, initial_indent="  ", subsequent_indent="    "))
+    else:
+        print("\n(-t takes a name or an alias; 'op_coverage targets --details' shows sources and caveats)")
     return 0
 
 

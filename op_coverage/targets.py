@@ -98,8 +98,12 @@ class TargetSet:
                     if t.lower() in NO_DATA:
                         raise UnknownTarget(f"target {t!r}: {NO_DATA[t.lower()]}")
                     known = ", ".join(sorted(set(self.names()) | {"ort-live", "all"}))
+                    hint = ""
+                    from .torch_profiles import alias_map, load_torch_profiles
+                    if t in alias_map(load_torch_profiles(use_plugins=False)):
+                        hint = f"; {t!r} is a torch target (for training scripts and op traces, not ONNX models)"
                     raise UnknownTarget(f"target {t!r} is not known; choose from: {known} "
-                                        "(or add one with --profile FILE)")
+                                        f"(or add one with --profile FILE){hint}")
                 picked = [p]
             out += [p for p in picked if p not in out]
         return out
@@ -124,3 +128,35 @@ def load_targets(profile_files: list[str] | None = None, use_plugins: bool = Tru
         ts.add(SupportProfile.from_dict(read_json(fname), origin=f"op_coverage/data/{fname}",
                                         validate=False))  # checked against the schema by the tests
     return ts
+
+
+# -- torch targets -----------------------------------------------------------------------------------
+TORCH_SCHEMAS = ("op_coverage.torch_profile/1", "hal.op_profile/1")
+
+
+def is_torch_profile_file(path) -> bool:
+    """True when ``path`` holds a torch profile (``op_coverage.torch_profile/1`` or ``hal.op_profile/1``)."""
+    import json
+    from pathlib import Path
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False  # let the ONNX loader report what is wrong with it
+    return isinstance(data, dict) and data.get("schema") in TORCH_SCHEMAS
+
+
+def split_profile_files(files) -> tuple[list[str], list[str]]:
+    """``--profile`` files split into (ONNX profiles, torch profiles) by their ``schema`` field."""
+    onnx, torch = [], []
+    for f in files or []:
+        (torch if is_torch_profile_file(f) else onnx).append(f)
+    return onnx, torch
+
+
+def resolve_torch(requested: list[str], profile_files=None, use_plugins: bool = True, problems=None):
+    """``-t`` values for a torch scan -> torch profiles (names, aliases, comma lists, ``all``).
+
+    Raises :class:`~op_coverage.errors.UnknownTarget` listing every known torch name and alias.
+    """
+    from .torch_profiles import load_torch_profiles, resolve_torch_targets
+    return resolve_torch_targets(load_torch_profiles(profile_files or (), use_plugins, problems), requested)

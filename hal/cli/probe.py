@@ -15,9 +15,13 @@ examples:
   hal probe --out profiles/ascend.json   write the profile (schema hal.op_profile/1)
   hal probe --json                       print it as JSON
   hal probe --list                       the ops it knows
+  hal probe --trace ops.json --out npu.json   every op of a trace (op_coverage trace), inputs built
+                                         from each op's schema; writes a torch profile
+                                         (op_coverage.torch_profile/1, usable with op_coverage -t)
 
 Status: native (ran and matched the CPU), fallback (matched, but the stack signalled a
-CPU/host fallback), failing (raised, or differed from the CPU).  Exit code 1 when any op fails.
+CPU/host fallback), failing (raised, or differed from the CPU); with --trace also not_probed (no
+inputs could be built from the op's schema: the reason is printed).  Exit code 1 when any op fails.
 """
 
 
@@ -28,6 +32,9 @@ def add_parser(sub):
     p.add_argument("--out", metavar="PATH", help="write the profile JSON here (atomically)")
     p.add_argument("--json", action="store_true", help="print the profile as JSON")
     p.add_argument("--list", action="store_true", help="list the known ops and exit")
+    p.add_argument("--trace", metavar="OPS_JSON",
+                   help="probe every op of this trace (op_coverage.torch_trace/1) instead of the built-in list")
+    p.add_argument("--name", help="profile name with --trace (default: <backend>-probe)")
     p.set_defaults(run=run)
 
 
@@ -38,6 +45,8 @@ def run(args) -> int:
     if args.list:
         print("\n".join(CASES))
         return 0
+    if args.trace:
+        return _run_trace(args)
     names = [n.strip() for n in args.ops.split(",") if n.strip()] if args.ops else None
     bar = None if args.json else (lambda it: progress(it, "hal probe", "op"))
     try:
@@ -59,3 +68,34 @@ def run(args) -> int:
         print(f"\n{prof['backend']} ({prof['device']}): {s['native']} native, {s['fallback']} fallback, "
               f"{s['failing']} failing" + (f"; written to {args.out}" if args.out else ""))
     return 1 if prof["summary"]["failing"] else 0
+
+
+def _run_trace(args) -> int:
+    from hal.opprobe import load_trace, probe_trace
+    from hal.registry import selected_backend
+
+    if args.ops:
+        print("hal probe: error: --ops and --trace exclude each other; give one of them", file=sys.stderr)
+        return 2
+    try:
+        trace = load_trace(args.trace)
+    except ValueError as exc:
+        print(f"hal probe: error: {exc}", file=sys.stderr)
+        return 2
+    bar = None if args.json else (lambda it: progress(it, "hal probe", "op"))
+    prof = probe_trace(selected_backend(), trace, bar, name=args.name, trace_path=args.trace)
+    if args.out:
+        atomic_write(args.out, json.dumps(prof, indent=1) + "\n")
+    if args.json:
+        print_json(prof)
+    else:
+        color = use_color()
+        colors = {"native": "green", "fallback": "yellow", "failing": "red", "not_probed": "yellow"}
+        rows = [(name, paint(r["status"], colors[r["status"]], color), r["detail"])
+                for name, r in prof["probe"].items()]
+        print(table(rows, ("op", "status", "detail"), [28, 10 + (9 if color else 0), 90]))
+        c = prof["counts"]
+        print(f"\n{prof['backend']} ({prof['source']['device']}): {len(prof['probe'])} ops of {args.trace}: "
+              f"{c['native']} native, {c['fallback']} fallback, {c['failing']} failing, {c['not_probed']} not probed"
+              + (f"; written to {args.out}" if args.out else ""))
+    return 1 if prof["counts"]["failing"] else 0

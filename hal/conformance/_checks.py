@@ -296,8 +296,10 @@ def check_op_profile(ctx: Context) -> str:
         return (f"observed {s['native']} native, {s['fallback']} fallback; the plugin ships no profile "
                 f"(write one with `hal probe --out` and return it from hal_torch_op_profile)")
     prof = declared[0]
+    # hal.op_profile/1 maps ops to {status}; op_coverage.torch_profile/1 keeps the probe's statuses in "probe"
+    statuses = prof.get("probe", {}) if prof.get("schema") == "op_coverage.torch_profile/1" else prof.get("ops", {})
     wrong = [f"{op}: declared {d['status']}, observed {observed['ops'][op]['status']}"
-             for op, d in prof.get("ops", {}).items()
+             for op, d in statuses.items()
              if op in observed["ops"] and observed["ops"][op]["status"] != d["status"]]
     if wrong:
         raise Fail("shipped op profile disagrees with the device: " + "; ".join(wrong))

@@ -34,8 +34,9 @@ def test_bundled_profiles_validate_and_name_their_source():
 def test_targets_lists_provenance_and_live_probe():
     rows = {r["name"]: r for r in list_targets()}
     assert EXPECTED | {"ort-live"} <= set(rows)
-    assert rows["ascend"]["kind"] == "published-table" and "Ascend-msit" in rows["ascend"]["provenance"]
-    assert rows["ort-live"]["kind"] == "live-probe"
+    assert rows["ascend"]["kind"] == "onnx" and rows["ascend"]["profile_kind"] == "published-table"
+    assert "Ascend-msit" in rows["ascend"]["provenance"]
+    assert rows["ort-live"]["profile_kind"] == "live-probe"
     assert "cann" in rows["ascend"]["aliases"]
 
 

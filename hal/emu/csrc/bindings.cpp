@@ -37,21 +37,10 @@ py::tuple default_generators() {
   return out;
 }
 
+std::function<void(const std::string&)> python_callback(py::object fn, const char* what);
+
 void set_fallback_observer(py::object fn) {
-  if (fn.is_none()) {
-    hal_emu::set_fallback_observer(nullptr);
-    return;
-  }
-  // kept for the life of the process: the observer may run while the interpreter shuts down
-  auto* held = new py::object(std::move(fn));
-  hal_emu::set_fallback_observer([held](const std::string& name) {
-    py::gil_scoped_acquire gil;
-    try {
-      (*held)(name);
-    } catch (py::error_already_set& e) {
-      e.discard_as_unraisable("hal.emu fallback observer");
-    }
-  });
+  hal_emu::set_fallback_observer(python_callback(std::move(fn), "hal.emu fallback observer"));
 }
 
 py::object run_host(const std::string& name, const std::string& overload, py::args args, py::kwargs kwargs) {
@@ -62,6 +51,39 @@ py::object run_host(const std::string& name, const std::string& overload, py::ar
     hal_emu::host_call(op, &stack, /*count=*/true);
   }
   return torch::jit::createPyObjectForStack(std::move(stack));
+}
+
+std::function<void(const std::string&)> python_callback(py::object fn, const char* what) {
+  if (fn.is_none()) return nullptr;
+  // kept for the life of the process: it may run while the interpreter shuts down
+  auto* held = new py::object(std::move(fn));
+  return [held, what](const std::string& name) {
+    py::gil_scoped_acquire gil;
+    try {
+      (*held)(name);
+    } catch (py::error_already_set& e) {
+      e.discard_as_unraisable(what);
+    }
+  };
+}
+
+py::list trace_rows() {
+  py::list out;
+  for (auto& r : hal_emu::trace_rows()) {
+    py::dict d;
+    d["op"] = r.op;
+    d["top"] = r.top;
+    d["nested"] = r.nested;
+    d["forward"] = r.forward;
+    d["backward"] = r.backward;
+    d["optimizer"] = r.optimizer;
+    d["dtypes"] = r.dtypes;
+    py::dict parents;
+    for (auto& [p, n] : r.parents) parents[py::str(p)] = n;
+    d["parents"] = parents;
+    out.append(d);
+  }
+  return out;
 }
 
 }  // namespace
@@ -92,5 +114,14 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     hal_emu::move_to_host_storage(t, torch::createStorage(storage.ptr()));
   }, "copy an emu tensor's storage into a host storage and keep using those bytes");
   m.def("mark_forked", &hal_emu::mark_forked, "refuse device work from now on (called in a forked child)");
+  m.def("trace_start", [](py::object first_seen) {
+    hal_emu::trace_start(python_callback(std::move(first_seen), "hal.emu trace observer"));
+  }, "record every op that reaches the device; first_seen(op) on each op's first top-level call");
+  m.def("trace_stop", [] {
+    py::gil_scoped_release no_gil;
+    hal_emu::trace_stop();
+  });
+  m.def("trace_set_optimizer", &hal_emu::trace_set_optimizer, "an optimizer step begins (True) or ends (False)");
+  m.def("trace_rows", &trace_rows, "the recorded ops: op, top, nested, forward, backward, optimizer, dtypes, parents");
   m.def("run_host", &run_host, "run aten op name.overload on the host bytes of its arguments");
 }

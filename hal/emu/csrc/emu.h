@@ -95,4 +95,19 @@ void claim_ops(const std::vector<std::string>& names);
 // run ``op`` on the host bytes of its emu arguments (the router's host path)
 void host_call(const c10::OperatorHandle& op, torch::jit::Stack* stack, bool count);
 
+// -- trace ------------------------------------------------------------------------------
+// every op that reaches the device while tracing (see trace.cpp)
+struct TraceRow {
+  std::string op;
+  int64_t top = 0, nested = 0, forward = 0, backward = 0, optimizer = 0;
+  std::vector<std::string> dtypes;
+  std::vector<std::pair<std::string, int64_t>> parents;
+};
+// start recording (clears the previous trace); ``first_seen`` is called (GIL taken by the
+// binding) the first time an op is seen at the top level, on the thread that called it
+void trace_start(std::function<void(const std::string&)> first_seen);
+void trace_stop();
+void trace_set_optimizer(bool inside);  // nests: the optimizer step begins / ends
+std::vector<TraceRow> trace_rows();
+
 }  // namespace hal_emu

@@ -1,0 +1,223 @@
+"""The eight zoo architectures train on the CPU and, on the emulator, give the CPU's losses;
+NMS and RoIAlign (written in torch ops) agree with plain references; the op recorder records at
+the level a device kernel receives."""
+import functools
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from models import ARCHITECTURES, box_iou, lstm_lm, nms, roi_align, train, transformer_lm
+from recorder import OpRecorder, op_name, record_step
+
+STEPS = 20
+NAMES = list(ARCHITECTURES)
+#: the two architectures with dropout; see test_dropout_draws_differ_on_emu_for_non_contiguous_inputs
+DROPOUT = {"transformer_lm": functools.partial(transformer_lm, dropout=0.0),
+           "lstm_lm": functools.partial(lstm_lm, dropout=0.0)}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Two cores shared by several processes: torch's intra-op threads would spin for most of the time."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+@functools.lru_cache(maxsize=None)
+def cpu_losses(name, dropout_free=False):
+    factory = DROPOUT[name] if dropout_free else ARCHITECTURES[name]
+    return train(factory, "cpu", STEPS)
+
+
+@pytest.fixture
+def emu():
+    import hal.emu
+    hal.emu.install()
+    return "emu"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_trains_on_the_cpu_deterministically(name):
+    losses = cpu_losses(name)
+    assert len(losses) == STEPS and all(math.isfinite(x) for x in losses), losses
+    assert sum(losses[-5:]) / 5 < 0.9 * losses[0], losses  # it learns
+    assert train(ARCHITECTURES[name], "cpu", 3) == losses[:3]  # same seed, same numbers
+
+
+@pytest.mark.emu
+@pytest.mark.parametrize("name", [n for n in NAMES if n not in DROPOUT])
+def test_emu_losses_equal_the_cpu_losses(emu, name):
+    assert train(ARCHITECTURES[name], emu, STEPS) == pytest.approx(cpu_losses(name), rel=1e-5, abs=0)
+
+
+@pytest.mark.emu
+@pytest.mark.parametrize("name", list(DROPOUT))
+def test_emu_losses_equal_the_cpu_losses_without_dropout(emu, name):
+    assert train(DROPOUT[name], emu, STEPS) == pytest.approx(cpu_losses(name, dropout_free=True), rel=1e-5, abs=0)
+
+
+@pytest.mark.emu
+@pytest.mark.parametrize("name", list(DROPOUT))
+@pytest.mark.xfail(strict=True, raises=AssertionError,
+                   reason="the emulator's native_dropout draws its mask in contiguous order "
+                          "(MemoryFormat::Contiguous in hal/emu/csrc/kernels.cpp), the CPU's dropout in the "
+                          "input's memory order (empty_like); nn.MultiheadAttention(batch_first) and a "
+                          "batch_first LSTM hand dropout transposed tensors, so the masks differ from step 0")
+def test_emu_losses_equal_the_cpu_losses_with_dropout(emu, name):
+    losses = train(ARCHITECTURES[name], emu, STEPS)
+    assert all(math.isfinite(x) for x in losses) and sum(losses[-5:]) / 5 < 0.9 * losses[0]  # trains
+    assert losses == pytest.approx(cpu_losses(name), rel=1e-5, abs=0)
+
+
+@pytest.mark.emu
+def test_dropout_draws_differ_on_emu_for_non_contiguous_inputs(emu):
+    """The cause of the xfail above, pinned: same seed, same generator stream, same mask values —
+    laid out in a different order when the input is not contiguous."""
+    for x, same in ((torch.randn(4, 6), True), (torch.randn(6, 4).t(), False)):
+        torch.manual_seed(0)
+        on_cpu = F.dropout(x, 0.5, True)
+        torch.manual_seed(0)
+        on_emu = F.dropout(x.to(emu), 0.5, True).cpu()
+        assert torch.equal(on_cpu, on_emu) is same
+        torch.manual_seed(0)
+        contiguous_mask = torch.empty(x.shape).bernoulli_(0.5)
+        assert torch.equal(on_emu, x * contiguous_mask * 2)
+
+
+@pytest.mark.emu
+def test_module_to_a_privateuse1_device_unties_shared_parameters(emu):
+    """torch's Module._apply keeps a Parameter object (``param.data = ...``) only where
+    ``_has_compatible_shallow_copy_type`` holds, whose dense backends list no PrivateUse1: on emu
+    (and every vendor device on PrivateUse1) ``.to()`` gives each module a new Parameter, so tied
+    weights come apart and an optimizer built before ``.to()`` holds the old CPU tensors — both
+    work on CUDA.  The zoo's LSTM LM re-ties in ``_apply``; torch's swap mode keeps the objects."""
+    def tied():
+        m = torch.nn.Sequential(torch.nn.Embedding(5, 4), torch.nn.Linear(4, 5))
+        m[1].weight = m[0].weight
+        return m
+    assert not torch._has_compatible_shallow_copy_type(torch.zeros(1), torch.zeros(1, device=emu))
+    m = tied().to(emu)
+    assert m[1].weight is not m[0].weight
+    lm = lstm_lm().model.to(emu)
+    assert lm.decoder.weight is lm.embed.weight
+    swap = torch.__future__.get_swap_module_params_on_conversion()
+    torch.__future__.set_swap_module_params_on_conversion(True)
+    try:
+        m = tied()
+        before = m[0].weight
+        m.to(emu)
+        assert m[1].weight is m[0].weight is before and before.device.type == "emu"
+    finally:
+        torch.__future__.set_swap_module_params_on_conversion(swap)
+
+
+# --- NMS and RoIAlign against plain references ---------------------------------------------------
+def _greedy_nms_reference(boxes, scores, thr):
+    order = sorted(range(len(scores)), key=lambda i: (-float(scores[i]), i))
+    kept = []
+    for i in order:
+        if all(float(box_iou(boxes[i][None], boxes[j][None])[0, 0]) <= thr for j in kept):
+            kept.append(i)
+    return kept
+
+
+def test_nms_keeps_what_greedy_nms_keeps():
+    g = torch.Generator().manual_seed(0)
+    xy = torch.rand(2, 40, 2, generator=g) * 24
+    boxes = torch.cat([xy, xy + 4 + torch.rand(2, 40, 2, generator=g) * 8], dim=-1)
+    scores = torch.rand(2, 40, generator=g)
+    scores[0, 5] = scores[0, 7]  # a tie: the lower index wins
+    order, keep = nms(boxes, scores, 0.5)
+    for b in range(2):
+        got = order[b][keep[b]].tolist()
+        assert got == _greedy_nms_reference(boxes[b], scores[b], 0.5)
+        assert 3 < len(got) < 40
+
+
+def _bilinear(fmap, y, x):
+    h, w = fmap.shape[-2:]
+    y0, x0 = math.floor(y), math.floor(x)
+    ly, lx = y - y0, x - x0
+    val = 0
+    for yy, wy in ((y0, 1 - ly), (y0 + 1, ly)):
+        for xx, wx in ((x0, 1 - lx), (x0 + 1, lx)):
+            val = val + wy * wx * fmap[:, min(max(yy, 0), h - 1), min(max(xx, 0), w - 1)]
+    return val
+
+
+def test_roi_align_averages_bilinear_samples_per_bin():
+    g = torch.Generator().manual_seed(1)
+    feat = torch.randn(2, 3, 8, 8, generator=g, dtype=torch.float64)
+    rois = torch.tensor([[4.0, 6.0, 20.0, 18.0], [0.0, 0.0, 31.0, 31.0], [9.5, 3.25, 13.0, 30.0]], dtype=torch.float64)
+    bidx = torch.tensor([0, 1, 1])
+    out = roi_align(feat, rois, bidx, output_size=2, spatial_scale=0.25, sampling_ratio=2)
+    assert out.shape == (3, 3, 2, 2)
+    for r in range(3):
+        x1, y1, x2, y2 = (float(v) * 0.25 - 0.5 for v in rois[r])  # aligned=True
+        bw, bh = (x2 - x1) / 2, (y2 - y1) / 2
+        for i in range(2):
+            for j in range(2):
+                samples = [_bilinear(feat[bidx[r]], y1 + (i + (sy + 0.5) / 2) * bh, x1 + (j + (sx + 0.5) / 2) * bw)
+                           for sy in range(2) for sx in range(2)]
+                torch.testing.assert_close(out[r, :, i, j], sum(samples) / 4)
+
+
+# --- the recorder ---------------------------------------------------------------------------------
+def test_op_names_follow_the_plans_rule():
+    assert op_name(torch.ops.aten.addmm.default) == "addmm"
+    assert op_name(torch.ops.aten.add.Tensor) == "add.Tensor"
+    assert op_name(torch.ops.aten._foreach_add_.List) == "_foreach_add_.List"
+
+
+def test_recorder_sees_ops_after_autograd_and_composite_decomposition():
+    lin = torch.nn.Linear(4, 3)
+    x = torch.randn(2, 4)
+    with OpRecorder() as rec:
+        rec.set_phase("forward")
+        loss = F.gelu(lin(x)).sum()
+        rec.set_phase("backward")
+        loss.backward()
+    fwd, bwd = rec.by_phase["forward"], rec.by_phase["backward"]
+    assert "linear" not in rec.counts and fwd["addmm"] == 1 and fwd["t"] == 1  # linear is CompositeImplicit
+    assert fwd["gelu"] == 1 and bwd["gelu_backward"] == 1 and bwd["mm"] >= 1
+
+
+def test_recorder_does_not_see_inside_a_kernel():
+    ts = [torch.zeros(3), torch.zeros(2)]
+    with OpRecorder() as rec:
+        torch._foreach_add_(ts, 1.0)  # the CPU runs it as a loop of add_ calls, below the mode
+    assert rec.counts == {"_foreach_add_.Scalar": 1}
+
+
+@pytest.mark.emu
+def test_recorder_on_emu_sees_the_op_not_hal_s_fallback_and_sees_device_backward(emu):
+    x = torch.randn(5, device=emu, requires_grad=True)
+    with OpRecorder() as rec:
+        rec.set_phase("forward")
+        y = torch.special.bessel_j0(x)  # outside the emulator's native set: hal runs it on the host
+        rec.set_phase("backward")
+        F.gelu(x).sum().backward()
+    assert rec.by_phase["forward"] == {"special_bessel_j0": 1}
+    assert rec.by_phase["backward"]["gelu_backward"] == 1  # ran on the emu device's autograd thread
+    assert y.device.type == "emu"
+
+
+def test_recording_a_step_is_repeatable_and_covers_every_phase():
+    for name in NAMES:
+        rec = record_step(ARCHITECTURES[name], "cpu")
+        assert all(rec.by_phase[p] for p in ("forward", "backward", "optimizer")), name
+        if name == "cnn_bn":
+            assert record_step(ARCHITECTURES[name], "cpu").by_phase == rec.by_phase
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("emu", marks=pytest.mark.emu)])
+def test_llama_block_steps_with_fused_adamw(request, device):
+    """torch 2.13 has fused AdamW for the CPU and for PrivateUse1 devices (emu runs it on the host)."""
+    if device == "emu":
+        request.getfixturevalue("emu")
+    rec = record_step(ARCHITECTURES["llama_block"], device)
+    assert rec.by_phase["optimizer"]["_fused_adamw_"] == 1
