@@ -165,9 +165,9 @@ def _scan_python(a) -> int:
         print(f"op_coverage: warning: {w}", file=sys.stderr)
     fmt = "json" if a.json else (a.format or "table")
     color = a.color == "always" or (a.color == "auto" and not a.output and sys.stdout.isatty())
-    fail_on = {"fallback": "caveat", "restriction": "caveat", "unsupported": "change"}.get(a.fail_on, a.fail_on)
-    rc = _write(a, render_static(report, fmt, color=color, width=a.width, fail_on=fail_on))
-    return rc or report.exit_code(fail_on)
+    # --fail-on: caveat/change, or scan's fallback/restriction (= caveat) and unsupported (= change)
+    rc = _write(a, render_static(report, fmt, color=color, width=a.width, fail_on=a.fail_on))
+    return rc or report.exit_code(a.fail_on)
 
 
 def _cmd_scan(a) -> int:
