@@ -9,9 +9,14 @@ from importlib import resources
 from pathlib import Path
 
 from . import __version__
-from .errors import ScanError
+from .errors import NotAvailable, ScanError
 from .report import FORMATS, render
 from .report.model import FAIL_ON
+
+#: --fail-on values: the ONNX scan's, and the static torch scan's (each accepts the other's)
+FAIL_ON_ALL = FAIL_ON + ("caveat", "change")
+#: static --fail-on -> ONNX equivalent
+ONNX_FAIL_ON = {"caveat": "fallback", "change": "unsupported"}
 
 EXIT_CODES = """\
 exit codes:
@@ -37,6 +42,18 @@ examples:
   op_coverage scan models/ --target all --format csv -o coverage.csv
   op_coverage scan model.onnx -t ascend --fail-on unsupported   # CI: fail only on unsupported ops
   op_coverage scan model.onnx --profile my_npu.json -t my_npu --json
+
+PyTorch training scripts (a .py file, or a folder of them):
+  op_coverage scan train.py --static                 # migration checklist for hal run, nothing is run
+  op_coverage scan src/ --static -t ascend --format md -o checklist.md
+  op_coverage scan train.py --static --json --fail-on change   # CI: fail only on needed changes
+"""
+
+STATIC_EXIT_CODES = """exit codes with --static:
+  0   nothing at or above --fail-on (everything works via hal run as it is)
+  3   findings hal run handles with a caveat (--fail-on caveat, the default)
+  4   findings that need a code change
+  10  no such script, or a folder without *.py
 """
 
 
@@ -53,15 +70,23 @@ def build_parser() -> argparse.ArgumentParser:
                "  targets   list target profiles and where their facts come from\n"
                "  rewrite   replace ops a target lacks with verified compositions\n"
                "  conformance  check the decompositions against ONNX's backend node tests\n\n" + SCAN_EXAMPLES + "\n"
-               + EXIT_CODES)
+               + EXIT_CODES + "\n" + STATIC_EXIT_CODES)
     p.add_argument("--version", action="version", version=f"op_coverage {__version__}")
     sub = p.add_subparsers(dest="command", metavar="{scan,targets,rewrite,conformance}")
 
     s = sub.add_parser("scan", formatter_class=fmt, help="coverage report for a model or folder",
                        description="Inventory every node (subgraphs and functions included) and judge it "
-                                   "against each target profile. Weights are never read.",
-                       epilog=SCAN_EXAMPLES + "\n" + EXIT_CODES)
-    s.add_argument("path", nargs="?", help="a .onnx file or a folder (default: the bundled example model)")
+                                   "against each target profile. Weights are never read. With a PyTorch "
+                                   "training script (.py) and --static: the migration checklist for hal run, "
+                                   "read from the source with ast (the script is never imported or run).",
+                       epilog=SCAN_EXAMPLES + "\n" + EXIT_CODES + "\n" + STATIC_EXIT_CODES)
+    s.add_argument("path", nargs="?", help="a .onnx file, a .py training script, or a folder of either "
+                                           "(default: the bundled example model)")
+    s.add_argument("--static", action="store_true",
+                   help="for .py scripts: read the source and list what hal run will not redirect, CUDA-only "
+                        "libraries with portable replacements, NCCL/cuDNN settings, distributed-init, "
+                        "data-loading and checkpoint forms, each with file:line and a fix (-t narrows the "
+                        "vendor equivalents named in fixes)")
     s.add_argument("-t", "--target", action="append", default=[], metavar="NAME",
                    help="target name or alias, repeatable or comma-separated; 'all' = every profile "
                         "(default: all). See 'op_coverage targets'.")
@@ -70,10 +95,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--format", choices=FORMATS, default=None, help="output format (default: table)")
     s.add_argument("--json", action="store_true", help="same as --format json")
     s.add_argument("-o", "--output", metavar="FILE", help="write the report to FILE (atomically)")
-    s.add_argument("--fail-on", choices=FAIL_ON, default="fallback",
+    s.add_argument("--fail-on", choices=FAIL_ON_ALL, default="fallback",
                    help="lowest problem that makes the exit code non-zero: 'fallback' (default: 3 for "
                         "host fallback, 4 for unsupported), 'unsupported' (only 4), 'restriction' "
-                        "(also 3 for native-with-restriction), 'never' (always 0 unless bad input)")
+                        "(also 3 for native-with-restriction), 'never' (always 0 unless bad input); with "
+                        "--static: 'caveat' (= fallback) or 'change' (= unsupported)")
     s.add_argument("--color", choices=("auto", "always", "never"), default="auto",
                    help="colour in the table (auto: only when stdout is a terminal)")
     s.add_argument("--no-progress", action="store_true", help="no progress bar even on a terminal")
@@ -98,10 +124,62 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _is_python(path) -> bool:
+    """A ``.py`` file, or a folder with ``*.py`` files and no ``*.onnx`` model."""
+    p = Path(path)
+    if p.is_file() or p.suffix == ".py":
+        return p.suffix == ".py"
+    if not p.is_dir():
+        return False
+    return next(p.rglob("*.onnx"), None) is None and next(p.rglob("*.py"), None) is not None
+
+
+def _write(a, text: str) -> int:
+    """``text`` to ``-o`` (atomically) or stdout; 0, or the exit code of an unwritable -o."""
+    if not a.output:
+        sys.stdout.write(text)
+        return 0
+    from hal._io import atomic_write as write_atomic
+
+    from .errors import OutputNotWritable
+    try:
+        write_atomic(a.output, text)
+    except OSError as e:
+        print(f"op_coverage: error: cannot write {a.output}: {e.strerror or e}; choose a writable path",
+              file=sys.stderr)
+        return OutputNotWritable.exit_code
+    return 0
+
+
+def _scan_python(a) -> int:
+    """``op_coverage scan train.py``: the static checklist with --static; the dynamic scan is not here yet."""
+    if not a.static:
+        raise NotAvailable(f"{a.path}: scanning a training script by running it (trace, then judge each aten op "
+                           f"against the torch profiles) is not in this build yet; run "
+                           f"'op_coverage scan {a.path} --static' for the migration checklist read from the source")
+    from .report.torch_static import render as render_static
+    from .torch_static import static_scan
+
+    report = static_scan(a.path, vendors=a.target)
+    for w in report.warnings:
+        print(f"op_coverage: warning: {w}", file=sys.stderr)
+    fmt = "json" if a.json else (a.format or "table")
+    color = a.color == "always" or (a.color == "auto" and not a.output and sys.stdout.isatty())
+    # --fail-on: caveat/change, or scan's fallback/restriction (= caveat) and unsupported (= change)
+    rc = _write(a, render_static(report, fmt, color=color, width=a.width, fail_on=a.fail_on))
+    return rc or report.exit_code(a.fail_on)
+
+
 def _cmd_scan(a) -> int:
     from .scan import scan
     from .targets import load_targets
 
+    if a.path is not None and (_is_python(a.path) or (a.static and Path(a.path).is_dir())):
+        return _scan_python(a)
+    if a.static:
+        raise NotAvailable(f"--static reads Python training scripts; {a.path or 'the bundled example'} is not a "
+                           f".py file or a folder of them: drop --static to scan an ONNX model")
+    a.fail_on = ONNX_FAIL_ON.get(a.fail_on, a.fail_on)
     path = a.path
     if path is None:
         path = _example_model()
@@ -118,19 +196,7 @@ def _cmd_scan(a) -> int:
         print(f"op_coverage: warning: {prob}", file=sys.stderr)
     color = a.color == "always" or (a.color == "auto" and not a.output and sys.stdout.isatty())
     text = render(report, fmt, color=color, width=a.width)
-    if a.output:
-        from hal._io import atomic_write as write_atomic
-
-        from .errors import OutputNotWritable
-        try:
-            write_atomic(a.output, text)
-        except OSError as e:
-            print(f"op_coverage: error: cannot write {a.output}: {e.strerror or e}; choose a writable path",
-                  file=sys.stderr)
-            return OutputNotWritable.exit_code
-    else:
-        sys.stdout.write(text)
-    return report.exit_code(a.fail_on)
+    return _write(a, text) or report.exit_code(a.fail_on)
 
 
 def _cmd_targets(a) -> int:

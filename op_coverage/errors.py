@@ -64,6 +64,20 @@ class UnknownTarget(ScanError):
     kind = "unknown-target"
 
 
+class ScriptNotFound(ScanError):
+    """A path given to the static torch scan does not exist, or a folder holds no ``.py`` file."""
+
+    exit_code = 10
+    kind = "not-found"
+
+
+class NotAvailable(ScanError):
+    """A command-line combination this build cannot serve (e.g. --static with an ONNX model)."""
+
+    exit_code = 2
+    kind = "not-available"
+
+
 # -- op_coverage rewrite --------------------------------------------------------------------
 class RewriteFailed(ScanError):
     """The rewritten model fails onnx.checker / shape inference; nothing was written."""
