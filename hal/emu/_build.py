@@ -29,7 +29,8 @@ from hal._errors import HalError
 
 NAME = "hal_emu_C"
 #: compiler flags (also part of the cache key)
-CFLAGS = ["-O2", "-g0"]
+# NDEBUG as torch is built: record_function.h lays out RecordFunction differently without it
+CFLAGS = ["-O2", "-g0", "-DNDEBUG"]
 _module: Optional[ModuleType] = None
 
 

@@ -25,7 +25,11 @@ class DeviceOpTrace:
 
     def _first_seen(self, op: str) -> None:
         from hal.transfer._caller import user_site
-        site = user_site(2) or f"<{_dispatch.torch_context()}>"
+        try:
+            site = user_site(1)
+        except ValueError:  # a thread torch started: no Python frame above this one
+            site = None
+        site = site or f"<{_dispatch.torch_context()}>"
         with self._lock:
             self._first.setdefault(op, site)
 

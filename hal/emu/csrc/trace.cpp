@@ -6,11 +6,12 @@
 // redispatch) and keeps the calls on emu tensors (or with an emu device argument) whose
 // device kernel is not torch's CompositeImplicitAutograd decomposition: those decompose
 // above the device and their pieces arrive one by one.  A call made while another device
-// call runs (the pieces of a CompositeExplicitAutograd kernel such as _to_copy, allocations
-// of a kernel) is counted as nested, under its parent, so the top-level counts are what a
+// kernel runs (the pieces of a CompositeExplicitAutograd kernel such as _to_copy, allocations
+// of a kernel: calls below autograd while another device call is open) is counted as nested, under its parent, so the top-level counts are what a
 // dispatch mode at the Python key sees.
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/record_function.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
 
 #include <map>
 #include <set>
@@ -119,11 +120,14 @@ std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
   if (above_device(*opname, name)) return nullptr;
   std::set<std::string> dtypes;
   for (const c10::IValue& v : fn.inputs()) add_dtypes(v, dtypes);
+  // a call from inside a device kernel runs below autograd (its keys are excluded); a call an
+  // autograd kernel makes before it redispatches (saving a detached output) is a call of its own
+  bool nested = !tls_stack.empty() && c10::impl::tls_is_dispatch_key_excluded(c10::DispatchKey::AutogradFunctionality);
   bool first = false;
   {
     std::lock_guard<std::mutex> lock(g_mutex);
     Entry& e = g_entries[name];
-    if (tls_stack.empty()) {
+    if (!nested) {
       first = e.top == 0;
       ++e.top;
       ++e.phase[tls_backward > 0 ? 1 : (g_optimizer.load() > 0 ? 2 : 0)];
