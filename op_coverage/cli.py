@@ -47,6 +47,8 @@ PyTorch training scripts (a .py file, or a folder of them):
   op_coverage scan train.py --static                 # migration checklist for hal run, nothing is run
   op_coverage scan src/ --static -t ascend --format md -o checklist.md
   op_coverage scan train.py --static --json --fail-on change   # CI: fail only on needed changes
+  op_coverage scan train.py -t ascend,mlu,musa -- --epochs 1   # run it (3 optimizer steps), judge each aten op
+  op_coverage scan ops.json -t ascend-2.13 --format html -o ops.html   # a trace from 'op_coverage trace'
 """
 
 STATIC_EXIT_CODES = """exit codes with --static:
@@ -66,13 +68,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="op_coverage", formatter_class=fmt,
         description="Which ONNX operators of a model will not run on a target, and why.",
-        epilog="commands:\n  scan      coverage report for a model or a folder of models\n"
+        epilog="commands:\n  scan      coverage report for a model or a folder of models, a torch trace or a script\n"
+               "  trace     record the aten ops a PyTorch training script sends to the device\n"
                "  targets   list target profiles and where their facts come from\n"
                "  rewrite   replace ops a target lacks with verified compositions\n"
                "  conformance  check the decompositions against ONNX's backend node tests\n\n" + SCAN_EXAMPLES + "\n"
                + EXIT_CODES + "\n" + STATIC_EXIT_CODES)
     p.add_argument("--version", action="version", version=f"op_coverage {__version__}")
-    sub = p.add_subparsers(dest="command", metavar="{scan,targets,rewrite,conformance}")
+    sub = p.add_subparsers(dest="command", metavar="{scan,trace,targets,rewrite,conformance}")
 
     s = sub.add_parser("scan", formatter_class=fmt, help="coverage report for a model or folder",
                        description="Inventory every node (subgraphs and functions included) and judge it "
@@ -105,6 +108,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--no-progress", action="store_true", help="no progress bar even on a terminal")
     s.add_argument("--no-plugins", action="store_true", help="ignore profiles from hal backend plugins")
     s.add_argument("--width", type=int, default=80, help="table width in columns (default 80)")
+    from . import cli_torch
+    cli_torch.add_scan_options(s)
 
     t = sub.add_parser("targets", formatter_class=fmt, help="list ONNX and torch target profiles and their provenance",
                        description="Every target profile, ONNX (models) and torch (training scripts), with its kind.",
@@ -119,6 +124,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="extra profile JSON (ONNX: profile.schema.json; torch: torch_profile.schema.json)")
     t.add_argument("--no-plugins", action="store_true", help="ignore profiles from hal backend plugins")
     from . import cli_rewrite, conformance
+    cli_torch.add_trace_parser(sub)
     cli_rewrite.add_parser(sub)
     conformance.add_parser(sub)
     return p
@@ -152,11 +158,13 @@ def _write(a, text: str) -> int:
 
 
 def _scan_python(a) -> int:
-    """``op_coverage scan train.py``: the static checklist with --static; the dynamic scan is not here yet."""
+    """``op_coverage scan train.py``: the static checklist with --static; else trace it, then judge each op."""
     if not a.static:
-        raise NotAvailable(f"{a.path}: scanning a training script by running it (trace, then judge each aten op "
-                           f"against the torch profiles) is not in this build yet; run "
-                           f"'op_coverage scan {a.path} --static' for the migration checklist read from the source")
+        if Path(a.path).is_dir():
+            raise NotAvailable(f"{a.path}: a folder of scripts is read with --static; to trace one, "
+                               f"pass its file: op_coverage scan {a.path}/train.py -t ascend")
+        from .cli_torch import cmd_scan_script
+        return cmd_scan_script(a)
     from .report.torch_static import render as render_static
     from .torch_static import static_scan
 
@@ -176,6 +184,10 @@ def _cmd_scan(a) -> int:
 
     if a.path is not None and (_is_python(a.path) or (a.static and Path(a.path).is_dir())):
         return _scan_python(a)
+    from .torch_scan import is_trace_file
+    if a.path is not None and is_trace_file(a.path):
+        from .cli_torch import cmd_scan_trace_file
+        return cmd_scan_trace_file(a)
     if a.static:
         raise NotAvailable(f"--static reads Python training scripts; {a.path or 'the bundled example'} is not a "
                            f".py file or a folder of them: drop --static to scan an ONNX model")
@@ -238,7 +250,13 @@ def _cmd_targets(a) -> int:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``op_coverage`` console script; returns the exit code."""
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    script_args: list[str] = []
+    if "--" in argv:  # the traced script's own arguments
+        cut = argv.index("--")
+        argv, script_args = argv[:cut], argv[cut + 1:]
     a = parser.parse_args(argv)
+    a.script_args = script_args
     if a.command is None:
         parser.print_help()
         return 2
@@ -246,6 +264,9 @@ def main(argv: list[str] | None = None) -> int:
         if a.command in ("rewrite", "conformance"):
             from . import cli_rewrite, conformance
             return cli_rewrite.run(a) if a.command == "rewrite" else conformance.main_run(a)
+        if a.command == "trace":
+            from .cli_torch import cmd_trace
+            return cmd_trace(a)
         return _cmd_scan(a) if a.command == "scan" else _cmd_targets(a)
     except ScanError as e:
         print(f"op_coverage: error: {e}", file=sys.stderr)

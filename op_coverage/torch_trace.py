@@ -31,7 +31,13 @@ EXIT_NOT_FOUND, EXIT_BAD_TRACE, EXIT_RUN_FAILED = 10, 18, 19
 
 
 class TraceError(ScanError):
-    """A trace could not be made or read."""
+    """A trace could not be made or read; ``exit_code`` as documented in ``op_coverage trace --help``."""
+
+    kind = "trace"
+
+    def __init__(self, message: str, exit_code: int = EXIT_BAD_TRACE):
+        super().__init__(message)
+        self.exit_code = exit_code
 
 
 def source_kind(target: str) -> str:

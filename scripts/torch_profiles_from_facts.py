@@ -320,6 +320,13 @@ PARENT_RULES = [
     ("cudnn_grid_sampler*", ["grid_sampler", "grid_sampler_2d"], "cuDNN grid sampler chosen by grid_sampler"),
     ("cudnn_affine_grid_generator_backward*", ["affine_grid_generator_backward"], "cuDNN affine grid backward"),
     ("cudnn_affine_grid_generator*", ["affine_grid_generator"], "cuDNN affine grid chosen by affine_grid_generator"),
+    # what torch calls only on a PrivateUse1 device (hal's emulator records them): in-tree backends
+    # (CUDA, XPU, MPS) take their own kernel of the parent instead
+    ("_copy_from*", ["copy_"], "copy_ of a PrivateUse1 device; in-tree backends copy through their own stub"),
+    ("convolution_overrideable", ["convolution", "_convolution"],
+     "_convolution's call on a PrivateUse1 device; in-tree backends run their own convolution kernels"),
+    ("convolution_backward_overrideable", ["convolution_backward"],
+     "convolution_backward on a PrivateUse1 device; in-tree backends run their own"),
 ]
 
 

@@ -1,4 +1,4 @@
-"""CSV: one row per node and target.
+"""CSV: one row per node and target (per aten op and target for a torch trace).
 
 The first eight columns are those of Ascend ``msit analyze`` result.csv (ori_op_name,
 ori_op_type, op_name, op_type, soc_type, engine, is_supported, details), so its users can
@@ -25,6 +25,17 @@ def render_csv(report: Report) -> str:
     w.writerow(COLUMNS)
     for m in report.models:
         plans = {(r.domain, r.op_type): r.replacement or {} for r in m.rows}
+        if m.model.get("kind") == "torch-trace":  # a torch trace: one row per aten op and target
+            for r in m.rows:
+                where = "; ".join(f"{a} ({b})" if b else a for a, b in r.locations)
+                for target, s in r.support.items():
+                    w.writerow([r.op_type, r.op_type, "", "", target, s["status"],
+                                "TRUE" if s["status"] != "unsupported" else "FALSE", s["reason"], m.path, "aten",
+                                m.model["torch_version"], "", where, " ".join(sorted(r.dtypes)), target,
+                                s["status"], "", s.get("via") or "", replacement_text(plans[("aten", r.op_type)]
+                                                                                    .get(target))
+                                if s["status"] != "native" else ""])
+            continue
         for node, verdicts in m.nodes:
             for target, v in verdicts.items():
                 details = "; ".join(x for x in (v.reason, v.restriction) if x)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from html import escape
 
-from .model import Report
+from .model import Report, headline
 
 STYLE = """body{font-family:system-ui,sans-serif;margin:2em;color:#222}table{border-collapse:collapse;margin:1em 0}
 td,th{border:1px solid #ccc;padding:.25em .5em;font-size:14px}th{background:#f4f4f4}
@@ -15,9 +15,7 @@ def render_html(report: Report) -> str:
     parts = ["<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>op_coverage report</title>",
              f"<style>{STYLE}</style></head><body><h1>Operator coverage</h1>"]
     for m in report.models:
-        info = m.model
-        parts.append(f"<h2>{escape(m.path)}</h2><p>{info['nodes']} nodes, {info['op_types']} op types, opsets "
-                     + escape(", ".join(f"{d} {v}" for d, v in info["opsets"].items())) + "</p>")
+        parts.append(f"<h2>{escape(m.path)}</h2><p>{escape(headline(m))}</p>")
         parts.append("<table><tr><th>target</th><th>native by node</th><th>native by op type</th>"
                      "<th>host-fallback</th><th>unsupported</th><th>source</th></tr>")
         for t in m.targets:

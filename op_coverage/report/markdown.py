@@ -1,7 +1,7 @@
 """Markdown: summary per target, then one table per model with status and reasons."""
 from __future__ import annotations
 
-from .model import Report
+from .model import Report, headline
 from .replacement import replacement_text
 
 ICON = {"native": "native", "host-fallback": "**host-fallback**", "unsupported": "**unsupported**"}
@@ -16,9 +16,8 @@ def render_markdown(report: Report) -> str:
     for m in report.models:
         info = m.model
         out += [f"## `{m.path}`", "",
-                f"{info['nodes']} nodes, {info['op_types']} op types, opsets "
-                + ", ".join(f"{d} {v}" for d, v in info["opsets"].items())
-                + f", {info['weight_bytes']} weight bytes.", "",
+                headline(m) + (f", {info['weight_bytes']} weight bytes." if info.get("kind") != "torch-trace"
+                               else "."), "",
                 "| target | native by node | native by op type | host-fallback nodes | unsupported nodes | source |",
                 "|---|---:|---:|---:|---:|---|"]
         for t in m.targets:

@@ -137,6 +137,19 @@ class Report:
                 "exit_code": self.exit_code()}
 
 
+def headline(m: ModelReport) -> str:
+    """The line under a model's name: nodes, op types, opsets, weights (ONNX) or calls, ops,
+    torch version, source (a torch trace)."""
+    info = m.model
+    if info.get("kind") == "torch-trace":
+        src = info.get("source") or {}
+        return (f"{info['calls']} calls of {info['op_types']} aten ops reached the device; torch "
+                f"{info['torch_version']}, {info.get('steps') or 0} optimizer step(s), traced from "
+                f"{src.get('kind', '?')} {src.get('target', '?')}")
+    opsets = ", ".join(f"{d} {v}" for d, v in info["opsets"].items())
+    return f"{info['nodes']} nodes, {info['op_types']} op types, opsets: {opsets}"
+
+
 def merge_verdicts(verdicts: list[Verdict]) -> dict:
     """Aggregate the verdicts of every node of one op type on one target: the worst wins."""
     counts = {s: 0 for s in STATUSES}

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import textwrap
 
-from .model import ModelReport, Report
+from .model import ModelReport, Report, headline
 from .replacement import replacement_text
 
 CELL = {"native": "ok", "host-fallback": "host", "unsupported": "NO"}
@@ -27,12 +27,11 @@ def _cell(sup: dict, color: bool, width: int) -> str:
 
 def render_model(m: ModelReport, color: bool, width: int) -> list[str]:
     info = m.model
-    opsets = ", ".join(f"{d} {v}" for d, v in info["opsets"].items())
-    lines = [f"{m.path}", *textwrap.wrap(
-        f"{info['nodes']} nodes, {info['op_types']} op types, opsets: {opsets}; weights "
-        f"{_human(info['weight_bytes'])}" + (f" ({len(info['external_data'])} external file(s))"
-                                             if info["external_data"] else ""), width, initial_indent="  ",
-        subsequent_indent="  "), ""]
+    head = headline(m)
+    if info.get("kind") != "torch-trace":
+        head += f"; weights {_human(info['weight_bytes'])}" + (
+            f" ({len(info['external_data'])} external file(s))" if info["external_data"] else "")
+    lines = [f"{m.path}", *textwrap.wrap(head, width, initial_indent="  ", subsequent_indent="  "), ""]
     names = [t.name for t in m.targets]
     label_w = min(24, max([len("op type")] + [len(r.label) for r in m.rows]) + 1)
     fixed = label_w + 6
