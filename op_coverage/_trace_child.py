@@ -149,6 +149,8 @@ def main(argv=None) -> int:
     start = time.monotonic()
     exit_code, error, stopped_by = 0, None, "end"
     source = {"kind": a.kind, "target": a.target, "argv": list(args)}
+    # anomaly mode records where each autograd node was made: backward ops get the user's forward line
+    torch.autograd.set_detect_anomaly(True, check_nan=False)
     trace.start()
     if a.seconds:
         timer.start()
@@ -166,8 +168,12 @@ def main(argv=None) -> int:
                 error = f"{err['type']}: {err['message']} ({err.get('where')})"
                 sys.stderr.write(err["traceback"])
         elif a.kind == "factory":
+            from hal.emu._dispatch import set_notice
+            set_notice(lambda op, route, where: None)  # the trace is the report
             _run_factory(a.target, "emu")
         else:
+            from hal.emu._dispatch import set_notice
+            set_notice(lambda op, route, where: None)
             _run_export(a.target, "emu")
     except StepsReached:
         stopped_by = "steps"

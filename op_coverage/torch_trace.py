@@ -69,7 +69,9 @@ def record(target: str, argv: Sequence[str] = (), steps: Optional[int] = None,
     fd, out = tempfile.mkstemp(prefix="op_coverage-trace-", suffix=".json")
     os.close(fd)
     try:
-        cmd = [sys.executable, "-m", "op_coverage._trace_child", "--out", out, "--kind", kind]
+        # -c, not -m: the child's own frames then belong to op_coverage, not to __main__
+        cmd = [sys.executable, "-c", "import sys; from op_coverage._trace_child import main; sys.exit(main())",
+               "--out", out, "--kind", kind]
         if steps:
             cmd += ["--steps", str(steps)]
         if seconds:

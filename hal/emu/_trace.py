@@ -10,8 +10,9 @@ so top-level counts are what a dispatch mode at the Python key sees.  hal's own 
 """
 from __future__ import annotations
 
+import re
 import threading
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 from hal.emu import _dispatch
 
@@ -29,7 +30,7 @@ class DeviceOpTrace:
             site = user_site(1)
         except ValueError:  # a thread torch started: no Python frame above this one
             site = None
-        site = site or f"<{_dispatch.torch_context()}>"
+        site = site or _forward_site() or f"<{_dispatch.torch_context()}>"
         with self._lock:
             self._first.setdefault(op, site)
 
@@ -51,7 +52,8 @@ class DeviceOpTrace:
         """One dict per op: ``op`` (overload name, e.g. ``add.Tensor``), ``count`` (top-level
         calls), ``nested`` (calls made inside another device op, by ``parents``), ``phases``
         (forward: everything outside backward and the optimizer step; backward; optimizer),
-        ``dtypes``, ``first_frame`` (the user's ``file:line``, or the backward node)."""
+        ``dtypes``, ``first_frame`` (the user's ``file:line``; for the backward pass the line that
+        made the autograd node when anomaly mode is on, else the node's name)."""
         out = []
         for r in _native().trace_rows():
             out.append({"op": r["op"], "count": r["top"], "nested": r["nested"],
@@ -60,6 +62,26 @@ class DeviceOpTrace:
                                    "optimizer": r["optimizer"]},
                         "first_frame": self._first.get(r["op"])})
         return out
+
+
+_FRAME = re.compile(r'File "([^"]+)", line (\d+)')
+
+
+def _forward_site() -> Optional[str]:
+    """For an op of the backward pass: ``file:line (backward of Node)``, the user's line that made
+    the autograd node, when anomaly mode recorded it (``torch.autograd.set_detect_anomaly``)."""
+    import torch
+
+    from hal.transfer._caller import _short
+    node = torch._C._current_autograd_node() if hasattr(torch._C, "_current_autograd_node") else None
+    if node is None:
+        return None
+    stack = (getattr(node, "metadata", None) or {}).get("traceback_") or []
+    for entry in reversed(stack):
+        m = _FRAME.search(entry)
+        if m and not m.group(1).startswith(_dispatch._SKIP_PREFIXES) and not m.group(1).startswith("<"):
+            return f"{_short(m.group(1))}:{m.group(2)} (backward of {node.name()})"
+    return None
 
 
 def _native():

@@ -16,8 +16,8 @@ from typing import Optional
 
 _getframe = sys._getframe
 #: modules whose calls get torch's real answers and never appear in the run report
-INTERNAL_PREFIXES = ("torch.", "hal.")
-INTERNAL_NAMES = frozenset({"torch", "hal"})
+INTERNAL_PREFIXES = ("torch.", "hal.", "op_coverage.")
+INTERNAL_NAMES = frozenset({"torch", "hal", "op_coverage"})
 #: not the user's code either: the standard library, and typing_extensions (its backport,
 #: whose @deprecated wraps torch.cuda.amp's classes)
 _STDLIB = frozenset(getattr(sys, "stdlib_module_names", ())) | {"runpy", "contextlib", "functools",

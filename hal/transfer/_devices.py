@@ -290,6 +290,15 @@ def _is_cuda_property(t: Transfer) -> property:
 
 
 # -- Module --------------------------------------------------------------------------------
+def _hal_own_ops(device: torch.device):
+    """Ops hal runs for itself on ``device``: not the script's (not counted nor traced on emu)."""
+    if device.type == "emu":
+        from hal.emu._dispatch import uncounted
+        return uncounted()
+    import contextlib
+    return contextlib.nullcontext()
+
+
 def keeps_parameters(device: torch.device) -> bool:
     """True when ``Module.to(device)`` keeps a CPU module's Parameter objects (it sets
     ``param.data``), as it does for CUDA; False where torch makes new Parameters (tensor
@@ -298,7 +307,9 @@ def keeps_parameters(device: torch.device) -> bool:
     if device.type == "cpu":
         return True
     try:
-        return bool(torch._has_compatible_shallow_copy_type(torch.empty(0), torch.empty(0, device=device)))
+        with _hal_own_ops(device):
+            probe = torch.empty(0, device=device)
+        return bool(torch._has_compatible_shallow_copy_type(torch.empty(0), probe))
     except Exception:  # a torch without the helper: assume torch's default behaviour is fine
         return True
 
