@@ -20,7 +20,7 @@ exit codes:
   4   unsupported ops remain on at least one target
   2   command-line usage error
   10  model not found (or a folder without *.onnx)
-  11  not an ONNX model / corrupt protobuf
+  11  not an ONNX model / corrupt protobuf / subgraphs nested too deeply to parse
   12  truncated model file
   13  external-data location escapes the model's folder
   14  opset newer than the installed onnx knows, or a domain the model does not import

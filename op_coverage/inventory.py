@@ -178,11 +178,12 @@ def build_inventory(loaded: LoadedModel) -> Inventory:
             inv.nodes.append(info)
             if fn is not None:
                 inv.functions.setdefault(info.function, []).append(f"{path}/{name}")
+            step = n.name or f"{n.op_type}_{i}"  # the generated name already holds the path: not twice
             for a in n.attribute:
                 if a.HasField("g"):
-                    walk(a.g, f"{path}/{name}.{a.name}", types, opsets, local_weights, in_function)
+                    walk(a.g, f"{path}/{step}.{a.name}", types, opsets, local_weights, in_function)
                 for k, sub in enumerate(a.graphs):
-                    walk(sub, f"{path}/{name}.{a.name}[{k}]", types, opsets, local_weights, in_function)
+                    walk(sub, f"{path}/{step}.{a.name}[{k}]", types, opsets, local_weights, in_function)
 
     walk(inferred.graph, "main", {}, opsets, {})
     for f in model.functions:
