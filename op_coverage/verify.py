@@ -89,13 +89,13 @@ def generate_inputs(model: onnx.ModelProto, seed: int = 0, dims: dict | None = N
         if np.issubdtype(np_dtype, np.floating):
             a = rng.standard_normal(shape).astype(np_dtype)
         elif np_dtype == np.bool_:
-            a = rng.random(shape) < 0.5
+            a = np.asarray(rng.random(shape) < 0.5)  # a 0-d comparison is a numpy scalar, which onnxruntime refuses
         elif np.issubdtype(np_dtype, np.integer):
             a = rng.integers(0, 4, size=shape).astype(np_dtype)
         else:
             raise BadInputs(f"input {vi.name!r} has dtype {np_dtype}, which cannot be generated; "
                             "pass its value with --inputs FILE.npz")
-        feeds[vi.name] = a
+        feeds[vi.name] = np.asarray(a, dtype=np_dtype)
     return feeds
 
 
