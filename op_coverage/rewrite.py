@@ -264,8 +264,12 @@ def _check_verify_write(report: RewriteReport, model, loaded, src: Path, out: Pa
                                  f"{src} unchanged")
                 e.report = report
                 raise e
+        # onnx writes external data 0600; the rewrite is read by serving processes: plain open()'s mode
+        from hal._io import give_default_mode
         if report.external_data:
+            give_default_mode(Path(tmp) / report.external_data)
             os.replace(Path(tmp) / report.external_data, out.parent / report.external_data)
+        give_default_mode(tmp_model)
         os.replace(tmp_model, out)
         report.written = True
 
