@@ -26,7 +26,8 @@ def list_targets(profile_files=None) -> list[dict]:
     for p in ts.profiles.values():
         out.append({"name": p.name, "aliases": p.aliases, "title": p.title, "kind": p.kind,
                     "provenance": p.provenance(), "source": p.source, "origin": p.origin,
-                    "entries": len(p.entries), "uncertain": p.uncertain, "fallback_profile": p.fallback_profile})
+                    "entries": len(p.entries), "uncertain": p.uncertain, "fallback_profile": p.fallback_profile,
+                    "expands_functions": getattr(p, "expands_functions", False)})
     return out
 
 

@@ -141,6 +141,9 @@ def _cmd_targets(a) -> int:
         print(textwrap.fill(f"source: {r['provenance']}", 80, initial_indent="  ", subsequent_indent="    "))
         if r["fallback_profile"]:
             print(f"  ops it lacks run as host-fallback when {r['fallback_profile']} has them")
+        if r.get("expands_functions"):
+            print("  an op with no kernel still runs when onnx defines a function body for it: the runtime "
+                  "inlines it")
         for u in r["uncertain"]:
             print(textwrap.fill(f"uncertain: {u}", 80, initial_indent="  ", subsequent_indent="    "))
     return 0

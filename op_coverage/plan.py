@@ -87,7 +87,8 @@ def node_info(node: onnx.NodeProto, env: Env, path: str = "main") -> NodeInfo:
                     input_dtypes=[env.types.get(x) if x else None for x in node.input],
                     input_shapes=[env.shapes.get(x) if x else None for x in node.input],
                     inputs=list(node.input), outputs=list(node.output),
-                    typed_inputs=_typed_inputs(schema, len(node.input)))
+                    typed_inputs=_typed_inputs(schema, len(node.input)), attributes=list(node.attribute),
+                    opsets=env.opsets)
 
 
 def _record_tensor_type(env: Env, name: str, tt: onnx.TypeProto.Tensor) -> None:
