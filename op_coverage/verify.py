@@ -163,7 +163,8 @@ def compare(name: str, want: np.ndarray, got: np.ndarray, atol: float | None = N
     w, g = want.astype(np.float64), got.astype(np.float64)
     nan_w, nan_g = np.isnan(w), np.isnan(g)
     same_inf = (w == g)
-    diff = np.where(same_inf | (nan_w & nan_g), 0.0, np.abs(w - g))
+    with np.errstate(invalid="ignore"):  # inf - inf where both are the same infinity: masked out below
+        diff = np.where(same_inf | (nan_w & nan_g), 0.0, np.abs(w - g))
     diff = np.where(nan_w ^ nan_g, np.inf, diff)
     rel = diff / np.maximum(np.abs(w), np.finfo(np.float64).tiny)
     ok = bool(np.all(diff <= atol + rtol * np.abs(np.where(np.isfinite(w), w, 0))))
