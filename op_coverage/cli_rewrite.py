@@ -154,6 +154,6 @@ def _print_verification(rep) -> None:
         return
     print(f"verification on {v.inputs} inputs" + (f" (seed {v.seed})" if v.seed is not None else "") + ":")
     for o in v.outputs:
-        mark = "ok  " if o.ok else "FAIL"
+        mark = ("ok* " if o.note else "ok  ") if o.ok else "FAIL"
         print(f"  {mark} {o.name}: {o.dtype}{o.shape} max abs {o.max_abs:.3g}, max rel {o.max_rel:.3g} "
               f"(atol {o.atol:g}, rtol {o.rtol:g}){' ' + o.note if o.note else ''}")
