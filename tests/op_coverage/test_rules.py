@@ -55,6 +55,9 @@ CASES = {
     "sign": ("g (float[7] x) => (float[7] y) { y = Sign(x) }", "Sign", "sign.compare"),
     "where-free-trilu": ("g (float[4,5] x) => (float[4,5] y) { y = Trilu <upper=0> (x) }", "Trilu,Where",
                          "trilu.mul"),
+    "and-broadcast": ("g (bool[2,3] a, bool[3] b) => (bool[2,3] y) { y = And(a, b) }", "And", "and.arith"),
+    "or-broadcast": ("g (bool[2,3] a, bool[3] b) => (bool[2,3] y) { y = Or(a, b) }", "Or", "or.arith"),
+    "isnan-equal": ("g (float[5] x) => (bool[5] y) { z = Div(x, x) y = IsNaN(z) }", "IsNaN", "isnan.equal"),
     "where-attention-mask": ("g (bool[2,4] c) => (float[2,4] y) { z = Constant <value = float {0.0}> () "
                              "f = Constant <value = float {-inf}> () y = Where(c, z, f) }", "Where", "where.log-mask"),
     "where-masked-fill": ("g (bool[2,4] c, float[2,4] x) => (float[2,4] y) { f = Constant <value = float {-inf}> () "
@@ -233,3 +236,16 @@ def test_where_of_runtime_values_still_uses_arithmetic():
     m = model(_where("y = Where(c, x, w)", "bool[2,4] c, float[2,4] x, float[2,4] w"))
     res, checks = rewrite_and_compare(m, "Where")
     assert res.plans["Where"]["via"] == ["where.arith"] and all(ch.ok for ch in checks)
+
+
+@pytest.mark.parametrize("text, op", [
+    ("g (float[4,3] x) => (int64[2,N] y) { y = NonZero(x) }", "NonZero"),
+    ("g (float[1,6,4] b, float[1,1,6] s) => (int64[N,3] y) { y = NonMaxSuppression(b, s) }", "NonMaxSuppression"),
+])
+def test_data_dependent_ops_say_host_fallback_instead_of_no_rule(text, op):
+    from rw_helpers import lacking
+    from op_coverage.rewrite import rewrite_model
+    res = rewrite_model(model(H + "\n" + text), lacking(op))
+    why = res.blocked[op]["reasons"][0]
+    assert "output shape depends on the input values" in why and "host" in why, why
+    assert "no function body and no rule" not in why
