@@ -1,4 +1,9 @@
-"""Crash-safe file writes: temp file in the same folder, fsync, rename, fsync the folder."""
+"""Crash-safe file writes: temp file in the same folder, fsync, rename, fsync the folder.
+
+Files end up with the mode an ordinary ``open(path, "w")`` would give them (``0o666`` less the
+umask), not the ``0o600`` of ``mkstemp``: reports, checkpoints and rewritten models are read by
+other users and serving processes.
+"""
 from __future__ import annotations
 
 import os
@@ -21,6 +26,30 @@ def fsync_dir(path: Union[str, Path]) -> None:
         os.close(fd)
 
 
+def current_umask() -> int:
+    """The process umask, read without changing it where ``/proc`` tells it (Linux >= 4.7)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)  # elsewhere: set and restore (not atomic, but only where /proc is missing)
+    os.umask(mask)
+    return mask
+
+
+def default_mode() -> int:
+    """The mode ``open(path, "w")`` gives a new file: ``0o666`` less the umask."""
+    return 0o666 & ~current_umask()
+
+
+def give_default_mode(path: Union[str, Path]) -> None:
+    """chmod *path* (a temporary file about to be renamed into place) to :func:`default_mode`."""
+    os.chmod(path, default_mode())
+
+
 def atomic_write(path: Union[str, Path], data: Union[bytes, str], encoding: str = "utf-8") -> Path:
     """Write ``data`` to ``path`` so that readers see the old file or the whole new one."""
     path = Path(path)
@@ -33,6 +62,7 @@ def atomic_write(path: Union[str, Path], data: Union[bytes, str], encoding: str 
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
+        give_default_mode(tmp)  # mkstemp made it 0600
         os.replace(tmp, path)
     except BaseException:
         try:

@@ -39,7 +39,8 @@ def list_targets(profile_files=None, kinds=("onnx", "torch"), use_plugins: bool 
             out.append({"name": p.name, "aliases": p.aliases, "title": p.title, "kind": "onnx",
                         "profile_kind": p.kind, "provenance": p.provenance(), "source": p.source,
                         "origin": p.origin, "entries": len(p.entries), "uncertain": p.uncertain,
-                        "fallback_profile": p.fallback_profile})
+                        "fallback_profile": p.fallback_profile,
+                        "expands_functions": getattr(p, "expands_functions", False)})
         if problems is not None:
             problems += ts.problems
     if "torch" in kinds:

@@ -25,7 +25,7 @@ exit codes:
   4   unsupported ops remain on at least one target
   2   command-line usage error
   10  model not found (or a folder without *.onnx)
-  11  not an ONNX model / corrupt protobuf
+  11  not an ONNX model / corrupt protobuf / subgraphs nested too deeply to parse
   12  truncated model file
   13  external-data location escapes the model's folder
   14  opset newer than the installed onnx knows, or a domain the model does not import
@@ -237,6 +237,9 @@ def _cmd_targets(a) -> int:
             print(textwrap.fill(f"source: {r['provenance']}", 80, initial_indent="  ", subsequent_indent="    "))
             if r["fallback_profile"]:
                 print(f"  ops it lacks run as host-fallback when {r['fallback_profile']} has them")
+            if r.get("expands_functions"):
+                print("  an op with no kernel still runs when onnx defines a function body for it: the runtime "
+                      "inlines it")
             if r["kind"] == "torch":
                 print(f"  torch {r['torch_version']}, device type {r['device_type']}; a missing op: "
                       f"{r['unimplemented']}" + (" (PARTIAL list)" if r["partial"] else ""))

@@ -96,25 +96,44 @@ def _print_plan(res, target: str) -> None:
             print(f"    {why}")
 
 
+def _error_doc(a, e) -> dict:
+    """The ``--json`` document of a rewrite that stopped before it had a plan (bad input, usage)."""
+    return {"format": "op_coverage.rewrite/1", "source": a.path, "output": a.output, "target": a.target,
+            "written": False, "external_data": None, "checked": False, "replaced": {}, "added": {}, "plans": {},
+            "blocked": {}, "verification": None, "rescan": None, "problems": [],
+            "error": {"kind": e.kind, "message": str(e), "exit_code": e.exit_code}, "exit_code": e.exit_code}
+
+
 def run(a) -> int:
-    """Run ``op_coverage rewrite``; returns the exit code."""
-    from .errors import VerifyFailed
-    from .rewrite import rewrite
+    """Run ``op_coverage rewrite``; returns the exit code.  With ``--json`` every exit prints its document."""
+    from .errors import ScanError
     if a.plan_only:
         return _plan_only(a)
-    if not a.output:
-        print("op_coverage rewrite: error: -o/--output is required (or use --plan-only)", file=sys.stderr)
-        return 2
     try:
-        rep = rewrite(a.path, a.target, a.output, profiles=a.profile, without_ops=a.without, inputs=a.inputs,
-                      seed=a.seed, dims=_dims(a.dim), atol=a.atol, rtol=a.rtol, verify_outputs=not a.no_verify,
-                      max_depth=a.max_depth)
-    except VerifyFailed as e:
+        return _run(a)
+    except ScanError as e:
         if a.json:
-            print(json.dumps(e.report.to_dict(), indent=2))
-        else:
+            rep = getattr(e, "report", None)
+            print(json.dumps(rep.to_dict() if rep is not None else _error_doc(a, e), indent=2))
+        elif getattr(e, "report", None) is not None and e.report.verification is not None:
             _print_verification(e.report)
         raise
+
+
+def _run(a) -> int:
+    from .errors import ScanError
+    from .rewrite import rewrite
+    if not a.output:
+        msg = "-o/--output is required (or use --plan-only)"
+        if a.json:
+            e = ScanError(msg)
+            e.kind, e.exit_code = "usage", 2
+            print(json.dumps(_error_doc(a, e), indent=2))
+        print(f"op_coverage rewrite: error: {msg}", file=sys.stderr)
+        return 2
+    rep = rewrite(a.path, a.target, a.output, profiles=a.profile, without_ops=a.without, inputs=a.inputs,
+                  seed=a.seed, dims=_dims(a.dim), atol=a.atol, rtol=a.rtol, verify_outputs=not a.no_verify,
+                  max_depth=a.max_depth)
     if a.json:
         print(json.dumps(rep.to_dict(), indent=2))
         return rep.exit_code()
@@ -135,6 +154,6 @@ def _print_verification(rep) -> None:
         return
     print(f"verification on {v.inputs} inputs" + (f" (seed {v.seed})" if v.seed is not None else "") + ":")
     for o in v.outputs:
-        mark = "ok  " if o.ok else "FAIL"
+        mark = ("ok* " if o.note else "ok  ") if o.ok else "FAIL"
         print(f"  {mark} {o.name}: {o.dtype}{o.shape} max abs {o.max_abs:.3g}, max rel {o.max_rel:.3g} "
               f"(atol {o.atol:g}, rtol {o.rtol:g}){' ' + o.note if o.note else ''}")

@@ -56,6 +56,8 @@ class NodeInfo:
         return (self.domain, self.op_type)
 
     typed_inputs: list[bool] | None = None  # which inputs a schema type parameter constrains
+    attributes: list | None = None  # the node's AttributeProtos (a function body may depend on them)
+    opsets: dict | None = None  # domain -> version in the node's scope (a function body needs ai.onnx's)
 
     @property
     def known_dtypes(self) -> list[str]:
@@ -174,15 +176,16 @@ def build_inventory(loaded: LoadedModel) -> Inventory:
                 input_shapes=[types.get(x, (None, None))[1] if x else None for x in n.input],
                 inputs=list(n.input), outputs=list(n.output), weight_bytes=wbytes, generated_name=generated,
                 function=f"{fn.domain}.{fn.name}" if fn is not None else None,
-                typed_inputs=_typed_inputs(schema, len(n.input)))
+                typed_inputs=_typed_inputs(schema, len(n.input)), attributes=list(n.attribute), opsets=opsets)
             inv.nodes.append(info)
             if fn is not None:
                 inv.functions.setdefault(info.function, []).append(f"{path}/{name}")
+            step = n.name or f"{n.op_type}_{i}"  # the generated name already holds the path: not twice
             for a in n.attribute:
                 if a.HasField("g"):
-                    walk(a.g, f"{path}/{name}.{a.name}", types, opsets, local_weights, in_function)
+                    walk(a.g, f"{path}/{step}.{a.name}", types, opsets, local_weights, in_function)
                 for k, sub in enumerate(a.graphs):
-                    walk(sub, f"{path}/{name}.{a.name}[{k}]", types, opsets, local_weights, in_function)
+                    walk(sub, f"{path}/{step}.{a.name}[{k}]", types, opsets, local_weights, in_function)
 
     walk(inferred.graph, "main", {}, opsets, {})
     for f in model.functions:

@@ -17,7 +17,7 @@ import onnx
 from google.protobuf.message import DecodeError
 
 from .errors import ModelNotFound, NotOnnx, TruncatedModel, UnknownOpset, UnsafeExternalData
-from .wire import ELIDED_KEY, WireError, strip_model
+from .wire import ELIDED_KEY, MAX_MESSAGE_DEPTH, WireError, strip_model
 
 _SNIFF = [
     (b"PK\x03\x04", "a zip archive (a PyTorch .pt/.pth checkpoint?); export it with torch.onnx.export first"),
@@ -172,6 +172,13 @@ def check_opsets(model: onnx.ModelProto) -> None:
         check_graph(f, f"function {f.domain}.{f.name}", fdeclared)
 
 
+def _too_deep(p: Path, why: str) -> str:
+    return (f"{p}: subgraphs are nested too deeply to read ({why}); protobuf parsers, onnx's and "
+            f"onnxruntime's included, stop at {MAX_MESSAGE_DEPTH} message levels, about 32 nested If/Loop/Scan "
+            "bodies, so no ONNX tool can load this model; flatten the nesting (e.g. merge nested Ifs into one "
+            "Where or one If with a combined condition) and export again")
+
+
 def load_for_scan(path: str | os.PathLike) -> LoadedModel:
     """Read *path* for a scan: structure only, no weights, external data paths verified.
 
@@ -192,6 +199,8 @@ def load_for_scan(path: str | os.PathLike) -> LoadedModel:
             try:
                 stripped, stats = strip_model(mm)
             except WireError as e:
+                if e.too_deep:
+                    raise NotOnnx(_too_deep(p, str(e))) from None
                 if e.truncated:
                     raise TruncatedModel(
                         f"{p}: file ends in the middle of a protobuf message ({size} bytes; {e}); the copy or "
@@ -206,6 +215,8 @@ def load_for_scan(path: str | os.PathLike) -> LoadedModel:
     try:
         model.ParseFromString(stripped)
     except DecodeError as e:
+        if "MaxDepth" in str(e):
+            raise NotOnnx(_too_deep(p, str(e))) from None
         raise NotOnnx(f"{p}: corrupt ONNX protobuf ({e}); re-export or re-download the model") from None
     if not model.HasField("graph") or model.ir_version <= 0:
         raise NotOnnx(f"{p}: parses as protobuf but has no graph or IR version, so it is not an ONNX "

@@ -32,6 +32,15 @@ COST = {"Constant": 0.0, "Shape": 0.1, "Identity": 0.1, "Reshape": 0.2, "Unsquee
         "Tanh": 2.0, "Erf": 2.0, "Sqrt": 2.0, "Div": 1.5, "Pow": 2.0}
 
 
+#: ops whose output shape depends on the values of their inputs: no static composition exists
+DATA_DEPENDENT = {
+    ("ai.onnx", "NonZero"): "one row per nonzero element",
+    ("ai.onnx", "NonMaxSuppression"): "one row per box kept",
+    ("ai.onnx", "Unique"): "one element per distinct value",
+    ("ai.onnx", "Compress"): "one slice per true condition",
+}
+
+
 @dataclass
 class Env:
     """What the planner knows about values visible in one scope."""
@@ -87,7 +96,8 @@ def node_info(node: onnx.NodeProto, env: Env, path: str = "main") -> NodeInfo:
                     input_dtypes=[env.types.get(x) if x else None for x in node.input],
                     input_shapes=[env.shapes.get(x) if x else None for x in node.input],
                     inputs=list(node.input), outputs=list(node.output),
-                    typed_inputs=_typed_inputs(schema, len(node.input)))
+                    typed_inputs=_typed_inputs(schema, len(node.input)), attributes=list(node.attribute),
+                    opsets=env.opsets)
 
 
 def _record_tensor_type(env: Env, name: str, tt: onnx.TypeProto.Tensor) -> None:
@@ -221,6 +231,11 @@ class Planner:
         if depth >= self.max_depth:
             return NodePlan(False, blocked_by={label}, reasons=[f"{label}: depth limit {self.max_depth} reached"])
         rules = self.candidates(dom, node.op_type)
+        if not rules and (dom, node.op_type) in DATA_DEPENDENT:
+            return NodePlan(False, blocked_by={label}, reasons=[
+                f"{label}: its output shape depends on the input values ({DATA_DEPENDENT[(dom, node.op_type)]}), "
+                "so no composition of static-shape operators can exist; run it on the host (host fallback: a "
+                "profile with fallback_profile, or split the model around it)"])
         if not rules:
             return NodePlan(False, blocked_by={label}, reasons=[f"{label}: no function body and no rule"])
         best: NodePlan | None = None

@@ -54,7 +54,8 @@ class OrtLiveProfile(SupportProfile):
             entries=[], opset_kind="op-version")
         self.cache: dict = {}
 
-    def judge(self, node: NodeInfo) -> Verdict:
+    def judge(self, node: NodeInfo, expand: bool = True) -> Verdict:
+        # onnxruntime itself decides (kernels, then function bodies): *expand* has nothing to add
         if node.op_type in _CONTROL_FLOW or node.function is not None:
             return self._static(node, "control flow and function calls are not probed alone")
         key = (node.domain, node.op_type, node.opset, tuple(node.input_dtypes), len(node.input_dtypes))
@@ -63,7 +64,7 @@ class OrtLiveProfile(SupportProfile):
         return self.cache[key]
 
     def _probe(self, node: NodeInfo) -> Verdict:
-        model = _one_node_model(node, self._attributes.get(node.name))
+        model = _one_node_model(node, node.attributes if node.attributes is not None else self._attributes.get(node.name))
         if model is None:
             return self._static(node, "input types unknown")
         data = model.SerializeToString()

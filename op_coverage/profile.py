@@ -19,6 +19,7 @@ Profile file format (``"format": "op_coverage.profile/1"``)::
       "opset_range": [8, 18],               # model opsets the source covers, or null
       "unlisted": {"status": "unsupported", "reason": "not in the ATC map"},
       "fallback_profile": null,             # name of a profile whose native ops run as host-fallback
+      "expands_functions": false,           # the runtime inlines onnx's function body of an op it lacks
       "entries": [
         {"domain": "ai.onnx", "op": "Abs", "since": 8, "until": 18, "dtypes": [],
          "status": "native", "restriction": "", "target_op": "Abs", "provenance": "onnx.yaml key ai.onnx::8::Abs"}
@@ -43,6 +44,7 @@ from .inventory import NodeInfo
 FORMAT = "op_coverage.profile/1"
 STATUSES = ("native", "host-fallback", "unsupported")
 RANK = {s: i for i, s in enumerate(STATUSES)}
+_MAX_EXPANSION = 4  # function bodies inside function bodies judged at most this deep
 
 
 @dataclass(frozen=True)
@@ -76,10 +78,15 @@ class SupportProfile:
     opset_range: list | None = None
     unlisted: dict = field(default_factory=lambda: {"status": "unsupported", "reason": "not listed"})
     fallback_profile: str | None = None
+    expands_functions: bool = False  # the runtime inlines onnx's function body of an op it has no kernel for
+    not_expanded: list = field(default_factory=list)  # [{"op", "from_opset", "reason"}]: bodies it does not inline
+    open_ended: str = "range"  # "range": until null = every later version; "since-only": that version alone
+    float16_via_float: bool = False  # float16 nodes without a float16 entry run through the float entry
     origin: str = ""  # file or plugin the profile came from
     resolve: Callable[[str], "SupportProfile | None"] | None = None
 
     def __post_init__(self) -> None:
+        self._expanding = 0  # nesting of function-body expansions in progress
         self._index: dict[tuple[str, str], list[dict]] = {}
         for e in self.entries:
             self._index.setdefault((e.get("domain") or "ai.onnx", e["op"]), []).append(e)
@@ -96,7 +103,10 @@ class SupportProfile:
                    notes=data.get("notes", ""), uncertain=data.get("uncertain", []),
                    opset_kind=data.get("opset_kind", "op-version"), opset_range=data.get("opset_range"),
                    unlisted=data.get("unlisted", {"status": "unsupported", "reason": "not listed"}),
-                   fallback_profile=data.get("fallback_profile"), origin=origin)
+                   fallback_profile=data.get("fallback_profile"),
+                   expands_functions=bool(data.get("expands_functions", False)),
+                   open_ended=data.get("open_ended", "range"), not_expanded=data.get("not_expanded", []),
+                   float16_via_float=bool(data.get("float16_via_float", False)), origin=origin)
 
     @classmethod
     def from_file(cls, path: str | Path) -> "SupportProfile":
@@ -115,7 +125,8 @@ class SupportProfile:
         return {"format": FORMAT, "name": self.name, "aliases": self.aliases, "title": self.title,
                 "kind": self.kind, "source": self.source, "notes": self.notes, "uncertain": self.uncertain,
                 "opset_kind": self.opset_kind, "opset_range": self.opset_range, "unlisted": self.unlisted,
-                "fallback_profile": self.fallback_profile, "entries": self.entries}
+                "fallback_profile": self.fallback_profile, "expands_functions": self.expands_functions, "not_expanded": self.not_expanded,
+                "open_ended": self.open_ended, "float16_via_float": self.float16_via_float, "entries": self.entries}
 
     def provenance(self) -> str:
         s = self.source
@@ -136,8 +147,18 @@ class SupportProfile:
         return None
 
     # -- the question -------------------------------------------------------------------
-    def judge(self, node: NodeInfo) -> Verdict:
-        """Return how this target treats *node* (op, opset and input dtypes considered)."""
+    def judge(self, node: NodeInfo, expand: bool = True) -> Verdict:
+        """Return how this target treats *node* (op, opset and input dtypes considered).
+
+        :param expand: when the target ``expands_functions`` and has no kernel for *node*, judge the
+            op by onnx's function body (as the runtime inlines it); ``False``: kernels only.
+        """
+        if not expand:
+            saved, self._expanding = self._expanding, _MAX_EXPANSION
+            try:
+                return self.judge(node)
+            finally:
+                self._expanding = saved
         entries = self._index.get((node.domain, node.op_type))
         if not entries and (node.domain, node.op_type) in load_time_ops():
             why = load_time_ops()[(node.domain, node.op_type)]
@@ -155,12 +176,22 @@ class SupportProfile:
             if hi is not None and version > hi:
                 clamp_note = f"model opset {version} is above the source's newest ({hi}); judged as of opset {hi}"
                 version = hi
-        in_range = [e for e in entries if _in_range(e, version)]
+        in_range = [e for e in entries if _in_range(e, version, self.open_ended)]
         if not in_range:
             ranges = ", ".join(_range_text(e) for e in entries)
             return self._unlisted(node, f"opset {version} not covered (listed for {ranges})")
         dtypes = node.known_dtypes
         typed = [e for e in in_range if not e.get("dtypes") or set(dtypes) <= _dtype_set(e)]
+        if not typed and self.float16_via_float and "float16" in dtypes:
+            as_float = set(dtypes) - {"float16"} | {"float"}
+            typed = [e for e in in_range if not e.get("dtypes") or as_float <= _dtype_set(e)]
+            if typed:
+                best = min(typed, key=lambda e: (RANK[e["status"]], bool(e.get("restriction"))))
+                if best["status"] == "native":
+                    return Verdict("native", "", "computed in float32: no float16 kernel, so onnxruntime puts "
+                                   "Cast nodes around it (InsertCastTransformer)",
+                                   best.get("provenance") or self.provenance(), best.get("target_op"))
+                typed = []
         if not typed:
             listed = sorted(set().union(*(_dtype_set(e) for e in in_range)))
             missing = sorted(set(dtypes) - set(listed))
@@ -177,15 +208,33 @@ class SupportProfile:
         return Verdict(best["status"], reason, best.get("restriction", ""), prov, best.get("target_op"))
 
     def _unlisted(self, node: NodeInfo, why: str) -> Verdict:
-        if self.fallback_profile and self.resolve is not None:
-            fb = self.resolve(self.fallback_profile)
-            if fb is not None:
-                v = fb.judge(node)
-                if v.status == "native":
-                    return Verdict("host-fallback", f"{why}; runs on {fb.name} instead", v.restriction,
-                                   v.provenance, v.target_op)
-                return Verdict("unsupported", f"{why}; {fb.name} cannot run it either ({v.reason})", "",
-                               self.provenance())
+        """No entry covers *node*: the fallback profile's kernel, then onnx's function body, then the fallback's."""
+        fb = self.resolve(self.fallback_profile) if self.fallback_profile and self.resolve is not None else None
+        if fb is not None:
+            v = fb.judge(node, expand=False)  # a runtime hands the op to another provider's kernel first
+            if v.status == "native":
+                return Verdict("host-fallback", f"{why}; runs on {fb.name} instead", v.restriction,
+                               v.provenance, v.target_op)
+        skip = next((x for x in self.not_expanded if x["op"] == node.op_type
+                     and (node.opset or 0) >= x.get("from_opset", 0)), None)
+        if skip is not None:
+            why = f"{why}; its function body is not inlined here: {skip['reason']}"
+        elif self.expands_functions and self._expanding < _MAX_EXPANSION:
+            from .expand import body_verdict
+            self._expanding += 1
+            try:
+                v = body_verdict(self, node, why)
+            finally:
+                self._expanding -= 1
+            if v is not None:
+                return v
+        if fb is not None:
+            v = fb.judge(node)
+            if v.status == "native":
+                return Verdict("host-fallback", f"{why}; runs on {fb.name} instead", v.restriction,
+                               v.provenance, v.target_op)
+            return Verdict("unsupported", f"{why}; {fb.name} cannot run it either ({v.reason})", "",
+                           self.provenance())
         return Verdict(self.unlisted.get("status", "unsupported"), why, "", self.provenance())
 
 
@@ -196,10 +245,14 @@ def load_time_ops() -> dict:
     return {(o["domain"], o["op"]): o["reason"] for o in read_json("load_time_ops.json")["ops"]}
 
 
-def _in_range(e: dict, version: int | None) -> bool:
+def _in_range(e: dict, version: int | None, open_ended: str = "range") -> bool:
     if version is None:
         return True
     lo, hi = e.get("since"), e.get("until")
+    if hi is None and lo is not None and open_ended == "since-only":
+        # onnxruntime's kernel lookup: a kernel registered without an end version serves exactly the
+        # op version it was registered for, not a newer one onnx added later
+        return version == lo
     return (lo is None or version >= lo) and (hi is None or version <= hi)
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import onnx
 
-from .errors import ModelNotFound, OutputNotWritable, RewriteFailed, UnknownTarget, VerifyFailed
+from .errors import ModelNotFound, OutputNotWritable, RewriteFailed, ScanError, UnknownTarget, VerifyFailed
 from .inventory import norm_domain
 from .plan import Env, NodePlan, Planner, name_generator, scope_env
 from .profile import SupportProfile
@@ -146,6 +146,7 @@ class RewriteReport:
     written: bool = False
     external_data: str | None = None
     problems: list = field(default_factory=list)
+    error: dict | None = None  # {"kind", "message", "exit_code"} when the rewrite stopped on an error
 
     @property
     def remaining(self) -> dict:
@@ -153,6 +154,8 @@ class RewriteReport:
         return (self.rescan or {}).get("not_native", {})
 
     def exit_code(self) -> int:
+        if self.error is not None:
+            return self.error["exit_code"]
         if self.verification is not None and not self.verification.ok:
             return VerifyFailed.exit_code
         return 4 if self.remaining else 0
@@ -162,7 +165,8 @@ class RewriteReport:
                 "target": self.target, "written": self.written, "external_data": self.external_data,
                 "checked": self.checked, **self.result.to_dict(),
                 "verification": self.verification.to_dict() if self.verification is not None else None,
-                "rescan": self.rescan, "problems": self.problems, "exit_code": self.exit_code()}
+                "rescan": self.rescan, "problems": self.problems, "error": self.error,
+                "exit_code": self.exit_code()}
 
 
 def _save(model: onnx.ModelProto, path: Path, external: bool) -> str | None:
@@ -194,7 +198,6 @@ def rewrite(path, target: str, output, *, profiles: list | None = None, without_
     from .load import load_for_scan
     from .scan import scan_model
     from .targets import load_targets
-    from .verify import generate_inputs, load_inputs, verify
 
     src = Path(path)
     loaded = load_for_scan(src)  # safety: external-data paths, opsets, truncation
@@ -211,6 +214,28 @@ def rewrite(path, target: str, output, *, profiles: list | None = None, without_
     model = onnx.load(str(src), load_external_data=True)
     res = rewrite_model(model, profile, max_depth=max_depth, types_from=loaded.model)
     report = RewriteReport(str(src), str(out), profile.name, res)
+    try:
+        _check_verify_write(report, model, loaded, src, out, inputs, seed, dims, atol, rtol, verify_outputs)
+    except ScanError as e:
+        report.error = {"kind": e.kind, "message": str(e), "exit_code": e.exit_code}
+        e.report = report
+        raise
+    rescan = scan_model(load_for_scan(out), [profile])
+    remaining = Counter()
+    for node, verdicts in rescan.nodes:
+        if verdicts[profile.name].status != "native":
+            remaining[_label_info(node)] += 1
+    t = rescan.targets[0]
+    report.rescan = {"nodes": t.nodes, "coverage_by_node": round(t.coverage_by_node, 2),
+                     "nodes_by_status": t.nodes_by_status, "not_native": dict(remaining)}
+    return report
+
+
+def _check_verify_write(report: RewriteReport, model, loaded, src: Path, out: Path, inputs, seed, dims, atol,
+                        rtol, verify_outputs: bool) -> None:
+    """Save to a temporary folder beside *out*, run the checker, verify, then move into place."""
+    from .verify import generate_inputs, load_inputs, verify
+    res = report.result
     external = bool(loaded.external_files) or model.ByteSize() > 1_800_000_000
     with tempfile.TemporaryDirectory(prefix=".op_coverage-", dir=out.parent) as tmp:
         tmp_model = Path(tmp) / out.name
@@ -239,19 +264,14 @@ def rewrite(path, target: str, output, *, profiles: list | None = None, without_
                                  f"{src} unchanged")
                 e.report = report
                 raise e
+        # onnx writes external data 0600; the rewrite is read by serving processes: plain open()'s mode
+        from hal._io import give_default_mode
         if report.external_data:
+            give_default_mode(Path(tmp) / report.external_data)
             os.replace(Path(tmp) / report.external_data, out.parent / report.external_data)
+        give_default_mode(tmp_model)
         os.replace(tmp_model, out)
         report.written = True
-    rescan = scan_model(load_for_scan(out), [profile])
-    remaining = Counter()
-    for node, verdicts in rescan.nodes:
-        if verdicts[profile.name].status != "native":
-            remaining[_label_info(node)] += 1
-    t = rescan.targets[0]
-    report.rescan = {"nodes": t.nodes, "coverage_by_node": round(t.coverage_by_node, 2),
-                     "nodes_by_status": t.nodes_by_status, "not_native": dict(remaining)}
-    return report
 
 
 def _label_info(n) -> str:

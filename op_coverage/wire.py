@@ -29,6 +29,10 @@ _CHILDREN = {
     "tensor": {},
 }
 _TENSOR_PAYLOAD_FIELDS = frozenset({4, 5, 6, 7, 9, 10, 11})
+#: nesting depth of protobuf messages (the ModelProto is 1) that onnx's Python protobuf (upb) and
+#: onnxruntime parse; each If/Loop/Scan body adds 3 (node, attribute, graph), so about 32 nested
+#: bodies fit.  Deeper models cannot be loaded by any of them, so the scan stops there too.
+MAX_MESSAGE_DEPTH = 100
 # ModelProto field -> wire type, used to recognise a file that is not an ONNX model at all
 _MODEL_FIELDS = {1: 0, 2: 2, 3: 2, 4: 2, 5: 0, 6: 2, 7: 2, 8: 2, 14: 2, 20: 2, 25: 2, 26: 2}
 
@@ -36,9 +40,10 @@ _MODEL_FIELDS = {1: 0, 2: 2, 3: 2, 4: 2, 5: 0, 6: 2, 7: 2, 8: 2, 14: 2, 20: 2, 2
 class WireError(ValueError):
     """The bytes are not a well-formed protobuf; ``truncated`` tells a cut-off file apart."""
 
-    def __init__(self, message: str, truncated: bool = False):
+    def __init__(self, message: str, truncated: bool = False, too_deep: bool = False):
         super().__init__(message)
         self.truncated = truncated
+        self.too_deep = too_deep
 
 
 def _varint(buf, pos: int, end: int) -> tuple[int, int]:
@@ -101,7 +106,10 @@ class Stats:
         self.elided_tensors = 0
 
 
-def _strip(buf, start: int, end: int, kind: str, stats: Stats) -> bytes:
+def _strip(buf, start: int, end: int, kind: str, stats: Stats, depth: int = 1) -> bytes:
+    if depth > MAX_MESSAGE_DEPTH:
+        raise WireError(f"a {kind} message at byte {start} is nested {depth} protobuf messages deep "
+                        f"(more than {MAX_MESSAGE_DEPTH})", too_deep=True)
     children = _CHILDREN[kind]
     out: list[bytes] = []
     pos = start
@@ -136,7 +144,7 @@ def _strip(buf, start: int, end: int, kind: str, stats: Stats) -> bytes:
             if body_end > end:
                 raise WireError(f"field {field} runs past the end of its message", truncated=True)
             out.append(bytes(buf[copy_from:field_start]))
-            inner = _strip(buf, body, body_end, child, stats)
+            inner = _strip(buf, body, body_end, child, stats, depth + 1)
             out.append(bytes(buf[field_start:pos]))
             out.append(_encode_varint(len(inner)))
             out.append(inner)

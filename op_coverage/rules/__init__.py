@@ -7,13 +7,14 @@ them with the reason (:class:`Decline`).
 """
 from __future__ import annotations
 
-from . import _activation, _attention, _elementwise, _index, _linalg, _norm, _reduce, _shape
+from . import _activation, _attention, _elementwise, _index, _linalg, _logic, _norm, _reduce, _shape
 from ._base import Builder, Decline, Rule
 
 RULES: tuple[Rule, ...] = (
     *_linalg.RULES,
     *_activation.RULES,
     *_elementwise.RULES,
+    *_logic.RULES,
     *_reduce.RULES,
     *_shape.RULES,
     *_norm.RULES,

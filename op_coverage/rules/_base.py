@@ -45,6 +45,7 @@ class Rule:
     note: str = ""
     quality: int = 0  # 0 exact; 1 approximate, tight bound; 2 approximate, loose bound (planner prefers low)
     penalty: float = 0.0  # extra cost beyond the emitted nodes (e.g. a materialised outer product)
+    finite_only: bool = False  # exact only for finite operands: declined when a constant operand holds inf/NaN
 
     def apply(self, b: "Builder", node: onnx.NodeProto) -> None:
         """Emit the replacement of *node* into *b*, or raise :class:`Decline` with the reason."""
@@ -58,7 +59,24 @@ class Rule:
                 raise Decline(f"{self.name}: input dtype unknown (needs one of {', '.join(sorted(self.dtypes))})")
             if first is not None and first not in self.dtypes:
                 raise Decline(f"{self.name}: dtype {first} not handled (handles {', '.join(sorted(self.dtypes))})")
+        if self.finite_only:
+            for x in node.input:
+                bad = non_finite(b.const_value(x))
+                if bad:
+                    raise Decline(f"{self.name}: exact only for finite values, and constant operand {x!r} holds "
+                                  f"{bad} (0 * inf is NaN)")
         self.build(b, node)
+
+
+def non_finite(value) -> str:
+    """``"-inf"``, ``"inf"``, ``"NaN"`` (comma-joined) when a float array holds them, else ``""``."""
+    if value is None:
+        return ""
+    a = np.asarray(value)
+    if a.dtype.kind != "f" or a.size == 0:
+        return ""
+    found = [w for w, m in (("-inf", np.isneginf(a)), ("inf", np.isposinf(a)), ("NaN", np.isnan(a))) if m.any()]
+    return ", ".join(found)
 
 
 def attr(node: onnx.NodeProto, name: str, default=None):

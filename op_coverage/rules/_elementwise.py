@@ -1,6 +1,8 @@
 """Small elementwise ops (Reciprocal, Neg, Not, Sign, Mod, Where) from arithmetic and comparisons."""
 from __future__ import annotations
 
+import numpy as np
+
 from ._base import FLOATS, INTS, NUMERIC, Builder, Decline, Rule, attr, dtype_enum, only_attrs
 
 SIGNED = NUMERIC - {"uint8", "uint16", "uint32", "uint64"}
@@ -92,6 +94,51 @@ def _where_arith(b: Builder, node) -> None:
     b.op("Add", b.op("Mul", cx, x), b.op("Mul", cy, y), outputs=[node.output[0]])
 
 
+def _where_log_mask(const_keep: bool):
+    return lambda b, node: _log_mask(b, node, const_keep)
+
+
+def _log_mask(b: Builder, node, const_keep: bool) -> None:
+    """Where(c, x, -inf) = x + Log(Cast(c)): Log(1) = 0 keeps x, Log(0) = -inf; +inf by subtracting."""
+    c, x, y = node.input
+    d = b.dtype(x) or b.dtype(y)
+    if d not in FLOATS:
+        raise Decline(f"where.log-mask: dtype {d or 'unknown'} is not floating point")
+    xv, yv = b.const_value(x), b.const_value(y)
+
+    def infinite(v):
+        if v is None:
+            return 0
+        a = np.asarray(v, dtype=np.float64)
+        if a.size and np.all(a == np.inf):
+            return 1
+        if a.size and np.all(a == -np.inf):
+            return -1
+        return 0
+
+    if infinite(yv):
+        sign, keep, fill, flt = infinite(yv), x, y, b.op("Cast", c, to=dtype_enum(d))
+    elif infinite(xv):
+        flt = b.op("Sub", b.const(1, d), b.op("Cast", c, to=dtype_enum(d)))  # 1 where c is false
+        sign, keep, fill = infinite(xv), y, x
+    else:
+        raise Decline("where.log-mask: needs one branch to be a constant of only inf or only -inf")
+    kv = b.const_value(keep)
+    if const_keep and kv is None:
+        raise Decline("where.log-mask: the other branch is computed at run time (where.log-mask-add handles it)")
+    if not const_keep and kv is not None:
+        raise Decline("where.log-mask-add: the other branch is a constant (where.log-mask handles it)")
+    if kv is not None and not np.all(np.isfinite(np.asarray(kv, dtype=np.float64))):
+        raise Decline("where.log-mask: the other branch holds inf/NaN too (inf - inf is NaN)")
+    ranks = [b.rank(v) for v in (c, keep)]
+    fill_shape = np.shape(b.const_value(fill))
+    expand = not (int(np.prod(fill_shape)) == 1 and None not in ranks and len(fill_shape) <= max(ranks))
+    out = [node.output[0]] if not expand else None
+    y_ = b.op("Add" if sign < 0 else "Sub", keep, b.op("Log", flt), outputs=out)
+    if expand:  # the constant branch widens the broadcast: give the result its shape
+        b.op("Expand", y_, b.op("Shape", fill), outputs=[node.output[0]])
+
+
 RULES = (
     Rule("reciprocal.div", "Reciprocal", _reciprocal, since=6, dtypes=FLOATS, note="1 / x; exact"),
     Rule("neg.sub", "Neg", _neg_sub, since=6, dtypes=SIGNED, note="0 - x; exact (gives +0 for x = +0)"),
@@ -99,11 +146,18 @@ RULES = (
     Rule("not.xor", "Not", _not_xor, since=1, note="Xor(x, true)"),
     Rule("not.equal", "Not", _not_equal, since=1, note="Equal(x, false)"),
     Rule("sign.compare", "Sign", _sign, since=9, dtypes=NUMERIC,
-         note="Cast(x > 0) - Cast(x < 0); NaN gives 0 instead of NaN"),
+         note="Cast(x > 0) - Cast(x < 0); NaN gives 0 instead of NaN", finite_only=True),
     Rule("mod.arith", "Mod", _mod, since=10, dtypes=NUMERIC,
          note="a - m*trunc(a/m) (fmod=1) or a - m*floor(a/m) (fmod=0), infinite divisors handled with Where; "
               "integer sign fixed without Where; float results may differ in the last ulp for large quotients"),
+    Rule("where.log-mask", "Where", _where_log_mask(True), since=9,
+         note="Where(c, x, -inf) as x + Log(Cast(c)) (+inf by subtracting; either branch) when x is a finite "
+              "constant (attention masks: Where(mask, 0, -inf)); exact for every mask"),
+    Rule("where.log-mask-add", "Where", _where_log_mask(False), since=9, quality=1,
+         note="the same with x computed at run time (masked_fill of scores): exact where x is finite or kept; "
+              "x = inf where the mask drops it gives NaN"),
     Rule("where.arith", "Where", _where_arith, since=9, dtypes=frozenset(),
-         note="c*x + (1-c)*y for numeric types; inf/NaN in the branch not taken leak into the result",
-         quality=1),
+         note="c*x + (1-c)*y for numeric types; exact for finite values only, so declined when a constant "
+              "branch holds inf/NaN; a runtime inf/NaN in the branch not taken leaks into the result",
+         quality=1, finite_only=True),
 )

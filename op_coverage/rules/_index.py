@@ -266,7 +266,7 @@ RULES = (
          note="ScatterElements on the flattened data (reductions too, from opset 16/18); static shapes"),
     Rule("scatternd.onehot-matmul", "ScatterND", _scatternd_onehot, since=11,
          note="one-hot [K, N] mask and MatMul, no scatter op at all; float data, reduction=none; O(K*N) memory",
-         penalty=10.0),
+         penalty=10.0, finite_only=True),
     Rule("topk.k1-reduce", "TopK", _topk1, since=10,
          note="k = 1 only: ReduceMax/ReduceMin for values, ArgMax/ArgMin (first occurrence) for indices"),
     Rule("topk.rank-onehot", "TopK", _topk_rank, since=10,

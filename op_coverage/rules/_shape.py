@@ -153,7 +153,8 @@ RULES = (
          note="Reshape-Transpose-Reshape with a static NCHW shape"),
     Rule("trilu.where", "Trilu", _trilu(True), since=14, note="mask from Range(j) - Range(i) compared with k; Where"),
     Rule("trilu.mul", "Trilu", _trilu(False), since=14, dtypes=NUMERIC,
-         note="same mask, multiplied in (no Where); inf/NaN in the dropped triangle become NaN"),
+         note="same mask, multiplied in (no Where); inf/NaN in the dropped triangle become NaN", finite_only=True),
     Rule("onehot.where", "OneHot", _onehot(True), since=9, note="Equal(indices, Range(depth)) then Where(on, off)"),
-    Rule("onehot.mul", "OneHot", _onehot(False), since=9, note="Equal(indices, Range(depth)) blended arithmetically"),
+    Rule("onehot.mul", "OneHot", _onehot(False), since=9, note="Equal(indices, Range(depth)) blended arithmetically",
+         finite_only=True),
 )

@@ -100,3 +100,29 @@ def count_nodes_with_onnx(model: onnx.ModelProto) -> dict:
     for f in model.functions:
         walk(f)
     return dict(c)
+
+
+def _len_field(num: int, payload: bytes) -> bytes:
+    from op_coverage.wire import _encode_varint
+    return _encode_varint(num << 3 | 2) + _encode_varint(len(payload)) + payload
+
+
+def if_nest_bytes(depth: int) -> bytes:
+    """A model whose main graph is *depth* unnamed If nodes, each in the then-branch of the last.
+
+    Written as protobuf bytes directly: Python protobuf refuses to build (or copy) messages nested
+    this deeply, and that is exactly what the test needs to hand the scan.
+    """
+    inner = helper.make_graph([N("Identity", ["x"], ["y0"])], "g0", [], [vi("y0", F, [1])]).SerializeToString()
+    for i in range(1, depth):
+        els = helper.make_graph([N("Identity", ["x"], [f"e{i}"])], f"e{i}", [], [vi(f"e{i}", F, [1])])
+        node = N("If", ["c"], [f"y{i}"], else_branch=els)
+        then = onnx.AttributeProto(name="then_branch", type=onnx.AttributeProto.GRAPH).SerializeToString()
+        g = onnx.GraphProto(name=f"g{i}")
+        g.output.append(vi(f"y{i}", F, [1]))
+        if i == depth - 1:
+            g.input.extend([vi("c", TensorProto.BOOL, []), vi("x", F, [1])])
+        inner = g.SerializeToString() + _len_field(1, node.SerializeToString() + _len_field(5, then + _len_field(6, inner)))
+    m = helper.make_model(onnx.GraphProto(name="tmp"), opset_imports=[helper.make_opsetid("", 17)])
+    m.ClearField("graph")
+    return m.SerializeToString() + _len_field(7, inner)

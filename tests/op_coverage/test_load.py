@@ -120,3 +120,33 @@ def test_truncated_inside_a_tensor_is_detected(tmp_path):
     (tmp_path / "t.onnx").write_bytes(data[:-100])
     with pytest.raises(TruncatedModel):
         load_for_scan(tmp_path / "t.onnx")
+
+
+@pytest.mark.parametrize("depth", [33, 340])
+def test_if_nest_too_deep_for_protobuf_is_one_line_exit_11(run_cli, tmp_path, depth):
+    from oc_models import if_nest_bytes
+    p = tmp_path / "deep.onnx"
+    p.write_bytes(if_nest_bytes(depth))  # 340 levels: RecursionError traceback before; 33: "corrupt protobuf"
+    line = _one_error_line(run_cli("scan", p, "-t", "ort-cpu", "--no-plugins"), 11)
+    assert "nested too deeply" in line and "100 message levels" in line and "flatten" in line
+
+
+def test_deepest_if_nest_protobuf_reads_scans_with_short_paths(run_cli, tmp_path):
+    import json
+    import resource
+
+    from oc_models import if_nest_bytes
+    p = tmp_path / "deep.onnx"
+    p.write_bytes(if_nest_bytes(32))  # the deepest onnx and onnxruntime load
+    proc = run_cli("scan", p, "-t", "ort-cpu", "--no-plugins", "--json")
+    assert proc.returncode == 0, proc.stderr
+    # before: each unnamed If put its generated name (path included) into its body's path, so paths
+    # doubled per level and 28 levels took 20 GB
+    assert resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss < 1_000_000  # KiB
+    rows = json.loads(proc.stdout)["models"][0]["ops"]
+    assert {r["op_type"]: r["count"] for r in rows} == {"Identity": 32, "If": 31}
+    step = "/If_0.then_branch"
+    for loc in (loc for r in rows for loc in r["locations"]):
+        assert loc["path"].startswith("main") and len(loc["path"]) <= len("main" + step * 31), loc["path"]
+        if loc["path"] != "main":  # a generated name is the path and the op's place in its graph
+            assert loc["node"].startswith(loc["path"] + "/") and loc["node"].count("/") == loc["path"].count("/") + 1

@@ -130,3 +130,13 @@ def test_live_probe_uses_onnxruntime(tmp_path):
 def test_profile_schema_is_published_beside_the_data():
     root = Path(__file__).resolve().parents[2] / "op_coverage" / "data"
     assert (root / "profile.schema.json").is_file() and (root / "report.schema.json").is_file()
+
+
+@pytest.mark.parametrize("dtype", [TensorProto.INT32, TensorProto.INT8])
+def test_migraphx_mul_takes_the_types_of_add_sub_div(tmp_path, dtype):
+    # the doc's Mul row lacks int8/int32; the parser handles Add, Div, Mul, Sub alike
+    ts = load_targets(use_plugins=False)
+    mx = ts.get("migraphx")
+    verdicts = {op: mx.judge(_node(tmp_path, op, dtype)) for op in ("Add", "Sub", "Div", "Mul")}
+    assert {op: v.status for op, v in verdicts.items()} == dict.fromkeys(verdicts, "native")
+    assert "parse_binary_op.cpp" in verdicts["Mul"].provenance

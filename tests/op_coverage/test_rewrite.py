@@ -164,3 +164,48 @@ def test_identical_nodes_reuse_one_plan_with_their_own_names():
     assert res.replaced == {"LayerNormalization": 3, "Gelu": 3}
     x = np.random.default_rng(2).standard_normal((2, 4, 16)).astype(np.float32)
     np.testing.assert_allclose(run(res.model, {"x": x})[0], run(m, {"x": x})[0], rtol=1e-4, atol=1e-5)
+
+
+def test_cli_rewrite_generates_scalar_bool_and_scalar_float_inputs(run_cli, tmp_path):
+    g = helper.make_graph([N("Gelu", ["x"], ["gx"]), N("Mul", ["gx", "s"], ["h"]), N("Where", ["c", "h", "x"], ["y"])],
+                          "scalar_inputs", [_vi("c", [], TensorProto.BOOL), _vi("s", []), _vi("x", [2, 3])],
+                          [_vi("y", [2, 3])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 20)])
+    m.ir_version = 10
+    onnx.save(m, tmp_path / "m.onnx")
+    r = run_cli("rewrite", tmp_path / "m.onnx", "-t", "ort-cpu", "--without", "Gelu", "-o", tmp_path / "o.onnx",
+                "--json")
+    assert r.returncode == 0, r.stderr  # was 6: "Unable to handle object of type <class 'numpy.bool'>"
+    assert json.loads(r.stdout)["verification"]["ok"]
+
+
+def _json_doc(proc):
+    doc = json.loads(proc.stdout)
+    jsonschema.Draft202012Validator(read_json("rewrite.schema.json")).validate(doc)
+    assert doc["exit_code"] == proc.returncode and not doc["written"]
+    return doc
+
+
+def test_cli_rewrite_json_is_printed_on_every_exit(run_cli, tmp_path):
+    # exit 6: onnxruntime cannot run the original (an op of a domain it has no kernels for)
+    g = helper.make_graph([N("Gelu", ["x"], ["h"]), N("Blur", ["h"], ["y"], domain="vendor.ops")], "t",
+                          [_vi("x", [2, 3])], [_vi("y", [2, 3])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 20), helper.make_opsetid("vendor.ops", 1)])
+    m.ir_version = 10
+    onnx.save(m, tmp_path / "vendor.onnx")
+    r = run_cli("rewrite", tmp_path / "vendor.onnx", "-t", "ort-cpu", "--without", "Gelu", "-o", tmp_path / "o.onnx",
+                "--json")
+    assert r.returncode == 6, r.stderr
+    doc = _json_doc(r)  # printed nothing before
+    assert doc["error"]["kind"] == "cannot-verify" and "onnxruntime cannot run the original" in doc["error"]["message"]
+    assert doc["replaced"] == {"Gelu": 1} and doc["checked"]
+    # exit 10 (no such model) and exit 2 (no -o): the document says why
+    r = run_cli("rewrite", tmp_path / "missing.onnx", "-t", "ort-cpu", "-o", tmp_path / "o.onnx", "--json")
+    assert r.returncode == 10 and _json_doc(r)["error"]["kind"] == "not-found"
+    r = run_cli("rewrite", tmp_path / "vendor.onnx", "-t", "ort-cpu", "--json")
+    assert r.returncode == 2 and "-o/--output is required" in _json_doc(r)["error"]["message"]
+    # exit 5 still carries the verification
+    src = _external_model(tmp_path)
+    r = run_cli("rewrite", src, "-t", "ort-cpu", "--without", "Gelu,Erf", "-o", tmp_path / "o.onnx", "--atol", "0",
+                "--rtol", "0", "--json")
+    assert r.returncode == 5 and _json_doc(r)["verification"]["ok"] is False

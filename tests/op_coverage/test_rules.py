@@ -55,6 +55,13 @@ CASES = {
     "sign": ("g (float[7] x) => (float[7] y) { y = Sign(x) }", "Sign", "sign.compare"),
     "where-free-trilu": ("g (float[4,5] x) => (float[4,5] y) { y = Trilu <upper=0> (x) }", "Trilu,Where",
                          "trilu.mul"),
+    "and-broadcast": ("g (bool[2,3] a, bool[3] b) => (bool[2,3] y) { y = And(a, b) }", "And", "and.arith"),
+    "or-broadcast": ("g (bool[2,3] a, bool[3] b) => (bool[2,3] y) { y = Or(a, b) }", "Or", "or.arith"),
+    "isnan-equal": ("g (float[5] x) => (bool[5] y) { z = Div(x, x) y = IsNaN(z) }", "IsNaN", "isnan.equal"),
+    "where-attention-mask": ("g (bool[2,4] c) => (float[2,4] y) { z = Constant <value = float {0.0}> () "
+                             "f = Constant <value = float {-inf}> () y = Where(c, z, f) }", "Where", "where.log-mask"),
+    "where-masked-fill": ("g (bool[2,4] c, float[2,4] x) => (float[2,4] y) { f = Constant <value = float {-inf}> () "
+                          "y = Where(c, x, f) }", "Where", "where.log-mask-add"),
     "onehot-axis0": ("g (int64[3] i) => (float[4,3] y) { d = Constant <value = int64 {4}> () "
                      "v = Constant <value = float[2] {0.0, 5.0}> () y = OneHot <axis=0> (i, d, v) }", "OneHot",
                      "onehot.where"),
@@ -185,3 +192,60 @@ def test_erf_builders_emit_no_erf():
         build(b, helper.make_node("Erf", ["x"], ["y"]))
         assert "Erf" not in {n.op_type for n in b.nodes}
         assert b.nodes[-1].output[0] == "y"
+
+
+INF_WHERE = '<ir_version: 9, opset_import: ["" : 20]>\n'
+
+
+def _where(body: str, inputs: str = "bool[2,4] c, float[2,4] x") -> str:
+    return INF_WHERE + f"g ({inputs}) => (float[2,4] y) {{ {body} }}"
+
+
+@pytest.mark.parametrize("fill, rule", [("-inf", "where.log-mask"), ("inf", "where.log-mask")])
+def test_where_with_an_infinite_constant_is_exact_for_every_mask(fill, rule):
+    # attention masks (Mixtral, Qwen2-MoE): where.arith gave 0 * -inf = NaN here
+    m = model(_where(f"z = Constant <value = float {{0.0}}> () f = Constant <value = float {{{fill}}}> () "
+                     "y = Where(c, z, f)", "bool[2,4] c"))
+    for seed in range(3):
+        c = np.random.default_rng(seed).random((2, 4)) < 0.5
+        res, checks = rewrite_and_compare(m, "Where", {"c": c}, atol=0, rtol=0)
+        assert "Where" not in ops_in(res.model) and res.plans["Where"]["via"] == [rule]
+        assert res.plans["Where"]["exact"] and all(ch.ok for ch in checks), checks
+
+
+def test_where_inf_branch_first_and_runtime_scores_with_inf_and_nan_inputs():
+    m = model(_where("f = Constant <value = float[1,4] {-inf, -inf, -inf, -inf}> () y = Where(c, f, x)"))
+    c = np.array([[True, False, False, True], [False, False, True, True]])
+    x = np.array([[1.0, np.inf, -np.inf, 2.0], [np.nan, -3.0, 0.5, 4.0]], np.float32)  # ±inf/NaN where kept
+    res, checks = rewrite_and_compare(m, "Where", {"c": c, "x": x}, atol=0, rtol=0)
+    assert res.plans["Where"]["via"] == ["where.log-mask-add"] and not res.plans["Where"]["exact"]
+    assert all(ch.ok for ch in checks), checks
+
+
+@pytest.mark.parametrize("value", ["nan", "inf"])
+def test_finite_only_rule_declines_a_non_finite_constant_and_says_so(value):
+    m = model(_where(f"f = Constant <value = float[2,4] {{1.0, 2.0, {value}, 3.0, 1.0, 2.0, 1.0, 1.0}}> () "
+                     "y = Where(c, x, f)"))
+    res, _ = rewrite_and_compare(m, "Where", {"c": np.ones((2, 4), bool), "x": np.ones((2, 4), np.float32)})
+    assert "Where" in res.blocked, res.plans
+    why = " ".join(res.blocked["Where"]["reasons"])
+    assert "where.arith: exact only for finite values" in why and ("NaN" if value == "nan" else "inf") in why
+
+
+def test_where_of_runtime_values_still_uses_arithmetic():
+    m = model(_where("y = Where(c, x, w)", "bool[2,4] c, float[2,4] x, float[2,4] w"))
+    res, checks = rewrite_and_compare(m, "Where")
+    assert res.plans["Where"]["via"] == ["where.arith"] and all(ch.ok for ch in checks)
+
+
+@pytest.mark.parametrize("text, op", [
+    ("g (float[4,3] x) => (int64[2,N] y) { y = NonZero(x) }", "NonZero"),
+    ("g (float[1,6,4] b, float[1,1,6] s) => (int64[N,3] y) { y = NonMaxSuppression(b, s) }", "NonMaxSuppression"),
+])
+def test_data_dependent_ops_say_host_fallback_instead_of_no_rule(text, op):
+    from rw_helpers import lacking
+    from op_coverage.rewrite import rewrite_model
+    res = rewrite_model(model(H + "\n" + text), lacking(op))
+    why = res.blocked[op]["reasons"][0]
+    assert "output shape depends on the input values" in why and "host" in why, why
+    assert "no function body and no rule" not in why
