@@ -31,19 +31,24 @@ def native_available() -> bool:
 
 
 def fallback_report():
-    """Ops that ran outside the emulated device's native op set: ``op``, ``route``, ``count``.
+    """Ops that ran outside the emulated device's native op set: ``op``, ``route``, ``count``,
+    and the decompositions :mod:`hal.fallback` ran (``by: "hal.fallback"``).
 
     Empty until the emulator (``HAL_BACKEND=emu``) has run an op it lacks; see
     :func:`hal.emu.fallback_report`.
     """
-    from hal.emu import fallback_report as _report
-    return _report()
+    from hal import fallback as _fallback
+    rows = _fallback.report()  # hal.fallback's decompositions (any PrivateUse1 device)
+    if "hal.emu._dispatch" in __import__("sys").modules:
+        from hal.emu import fallback_report as _report
+        rows = _report() + rows
+    return rows
 
 
 def __getattr__(name):
     # ``hal.checkpoint``, ``hal.metrics``, ``hal.transfer``, ``hal.conformance``, ``hal.emu``,
     # ``hal.dist`` and ``hal.doctor`` after a bare ``import hal``, imported on first use
-    if name in ("checkpoint", "metrics", "transfer", "conformance", "emu", "dist", "doctor"):
+    if name in ("checkpoint", "metrics", "transfer", "conformance", "emu", "dist", "doctor", "fallback"):
         import importlib
         return importlib.import_module(f"hal.{name}")
     raise AttributeError(f"module 'hal' has no attribute {name!r}")

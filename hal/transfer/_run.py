@@ -73,6 +73,16 @@ def _announce_fallbacks(echo: bool) -> None:
     set_notice(notice)
 
 
+def _install_fallback():
+    """:func:`hal.fallback.install` for the selected backend (it says itself when it does nothing:
+    not a PrivateUse1 device, no torch profile, ``HAL_FALLBACK=0``); a failure is reported, not raised."""
+    from hal import fallback
+    try:
+        return fallback.install()
+    except Exception as exc:  # noqa: BLE001 - the script runs without it
+        return fallback.InstallReport(False, f"hal.fallback.install() failed: {type(exc).__name__}: {exc}")
+
+
 def run_script(path: str, argv: Sequence[str] = ()) -> dict:
     """Run ``path`` as ``__main__`` with ``argv`` inside :func:`hal.transfer.enable`.
 
@@ -81,7 +91,9 @@ def run_script(path: str, argv: Sequence[str] = ()) -> dict:
     script would have had (0; the ``SystemExit`` code; 1 for an exception; 130 for Ctrl-C),
     ``error`` (type, message, the user's ``file:line``, the traceback from the script's first
     frame on) when it raised, every redirection and every call that was not redirected
-    with the user's line that made it, and (on the emulator) the ops that fell back.
+    with the user's line that made it, (on the emulator) the ops that fell back, and the
+    decompositions :mod:`hal.fallback` installed before the script ran and used
+    (``fallback_decompositions``: op, count).
     Processes the script spawns with multiprocessing run under the shim too.
     """
     from hal.registry import get_registry
@@ -98,11 +110,13 @@ def run_script(path: str, argv: Sequence[str] = ()) -> dict:
     sys.path.insert(0, os.path.dirname(path))
     exit_code, error, message = 0, None, None
     start = time.monotonic()
+    fallback_install = None
     try:
         with enable(cand.backend) as t:
             _children.install(t, path)
             if cand.spec.device_type == "emu":
                 _announce_fallbacks(t.log.echo)
+            fallback_install = _install_fallback()
             try:
                 runpy.run_path(path, run_name="__main__")
             except SystemExit as exc:
@@ -117,8 +131,10 @@ def run_script(path: str, argv: Sequence[str] = ()) -> dict:
         sys.argv, sys.path[:] = old_argv, old_path
     fallbacks = []
     if cand.spec.device_type == "emu":
-        import hal
-        fallbacks = hal.fallback_report()
+        from hal.emu import fallback_report
+        fallbacks = fallback_report()
+    from hal import fallback as _fallback
+    decompositions = _fallback.report()
     return {
         "schema": SCHEMA, "script": path, "argv": list(argv),
         "rank": _env_int("RANK", 0), "world_size": _env_int("WORLD_SIZE", 1),
@@ -127,4 +143,7 @@ def run_script(path: str, argv: Sequence[str] = ()) -> dict:
         "duration_s": round(time.monotonic() - start, 3),
         "redirected": t.log.rows("redirected"), "not_redirected": t.log.rows("not_redirected"),
         "fallbacks": fallbacks,
+        "fallback_decompositions": decompositions,
+        "fallback_install": (fallback_install.to_dict() | {"installed": len(fallback_install.installed)}
+                             if fallback_install is not None else None),
     }

@@ -1,0 +1,274 @@
+"""Decompositions as device kernels for the ops a vendor lacks (issue 12, item 6).
+
+On a backend whose device is torch's ``PrivateUse1`` device (every domestic vendor plugin, and the
+emulator), :func:`install` registers, for each aten op the backend's torch profile judges *missing*,
+torch's aten-level decomposition (``torch._decomp``, the same table :mod:`op_coverage.torch_plan`
+plans with) as the op's ``PrivateUse1`` kernel.  Its pieces dispatch again: to the vendor's kernels,
+or to another installed decomposition (that is the recursion the plan predicts).  Each use is
+counted (:func:`report`, also in :func:`hal.fallback_report`) and announced once.
+
+* A kernel the vendor registered is never overridden (``torch._C._dispatch_has_kernel_for_dispatch_key``).
+  On the emulator with ``HAL_EMU_OPS``, the raising / counted-host kernels that emulate the vendor's
+  missing ops are not the device's: install replaces them (and :func:`uninstall` restores them).
+* Ops with a composite kernel in this torch never reach the device and are left alone.
+* When a decomposition does not cover a call (it declines, raises or re-enters itself), the call
+  goes where it would have gone without hal.fallback: on the emulator, the emulated vendor's
+  behaviour (its error, or the host); on a real device, a CPU round trip (inputs copied to the host,
+  torch's CPU kernel, results copied back).
+* ``HAL_FALLBACK=0`` turns it off (:func:`install` then installs nothing and says so).
+
+The profile: ``install(profile=...)`` (a name, alias or ``TorchProfile``), else ``HAL_FALLBACK_PROFILE``,
+else on the emulator the ``HAL_EMU_OPS`` profile, else the selected backend plugin's
+``hal_torch_op_profile`` when it returns the ``op_coverage.torch_profile/1`` format.
+"""
+from __future__ import annotations
+
+import os
+import threading
+import warnings
+from dataclasses import asdict, dataclass, field
+from typing import List, Optional
+
+import torch
+
+from hal._decompose import Uses, decomposition_kernel
+
+ENV = "HAL_FALLBACK"
+ENV_PROFILE = "HAL_FALLBACK_PROFILE"
+_COMPOSITE_KEYS = ("CompositeImplicitAutograd", "CompositeExplicitAutograd", "CompositeExplicitAutogradNonFunctional")
+
+
+class DecompositionWarning(UserWarning):
+    """An op the device lacks ran as torch's decomposition (announced once per op)."""
+
+
+@dataclass
+class InstallReport:
+    """What :func:`install` did.  ``active`` is False with ``reason`` when it installed nothing."""
+
+    active: bool
+    reason: str = ""
+    backend: Optional[str] = None
+    device_type: Optional[str] = None
+    profile: Optional[str] = None
+    installed: List[str] = field(default_factory=list)          # ops with a decomposition kernel now
+    vendor_kernel: List[str] = field(default_factory=list)      # missing per the profile, but the vendor has a kernel
+    replaced_emulated: List[str] = field(default_factory=list)  # HAL_EMU_OPS kernels replaced (emulator only)
+    without_decomposition: int = 0                              # missing ops torch cannot decompose
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+_lock = threading.Lock()
+_uses = Uses()
+_lib: Optional[torch.library.Library] = None
+_last: Optional[InstallReport] = None
+
+
+def _announce(op: str) -> None:
+    try:
+        from hal.emu._dispatch import caller_frame
+        where = caller_frame()
+    except Exception:  # noqa: BLE001
+        where = ("<hal.fallback>", 0)
+    warnings.warn_explicit(f"hal.fallback: {op} is missing on this device; ran torch's decomposition "
+                           f"(counted in hal.fallback.report())", DecompositionWarning, where[0], where[1])
+
+
+def _counting() -> bool:
+    try:
+        from hal.emu._dispatch import _tls as emu_tls
+    except Exception:  # noqa: BLE001
+        return True
+    return not getattr(emu_tls, "uncounted", False)
+
+
+def _selected():
+    from hal.registry import get_registry
+    return get_registry().selected()
+
+
+def _resolve_profile(profile, on_emu: bool):
+    """``(TorchProfile or None, where it came from)``."""
+    from op_coverage.torch_profiles import TorchProfile, alias_map, load_torch_profiles, profile_from_plugin
+    if isinstance(profile, TorchProfile):
+        return profile, "argument"
+    name = profile or os.environ.get(ENV_PROFILE, "").strip() or None
+    if name:
+        profiles = load_torch_profiles(use_plugins=True)
+        amap = alias_map(profiles)
+        if name not in amap:
+            from hal._errors import HalError
+            raise HalError(f"hal.fallback: torch profile {name!r} is not known; choose one of "
+                           f"{', '.join(sorted(amap))}")
+        return profiles[amap[name]], "argument" if profile else ENV_PROFILE
+    if on_emu:
+        from hal.emu._dispatch import vendor_profile
+        p = vendor_profile()
+        if p is not None:
+            return p, "HAL_EMU_OPS"
+    try:
+        from hal.registry import get_registry
+        reg = get_registry()
+        cand = reg.selected()
+        plugin = reg.pm.get_plugin(cand.plugin)
+        for data in reg.plugin_call(plugin, "hal_torch_op_profile", spec=cand.spec):
+            if isinstance(data, dict) and data.get("schema") == "op_coverage.torch_profile/1":
+                return profile_from_plugin(f"{cand.plugin}:{cand.spec.name}", data), "plugin"
+    except Exception:  # noqa: BLE001 - a broken plugin must not break the run
+        pass
+    return None, ""
+
+
+def _host_round_trip(func):
+    """``func`` run by torch's CPU kernel: device tensors copied to the host and results back."""
+    def run(*args, **kwargs):
+        device = None
+
+        def to_cpu(x):
+            nonlocal device
+            if isinstance(x, torch.Tensor) and x.device.type != "cpu":
+                device = x.device
+                return x.cpu()
+            if isinstance(x, (list, tuple)):
+                return type(x)(to_cpu(y) for y in x)
+            return x
+        cargs = [to_cpu(a) for a in args]
+        ckw = {k: to_cpu(v) for k, v in kwargs.items()}
+        out = func(*cargs, **ckw)
+        # results and in-place / out= arguments back to the device
+        for orig, host in list(zip(args, cargs)) + [(kwargs[k], ckw[k]) for k in kwargs]:
+            if isinstance(orig, torch.Tensor) and orig.device.type != "cpu" and host is not orig:
+                if host.shape != orig.shape:
+                    orig.resize_(host.shape)
+                orig.copy_(host)
+
+        def back(x):
+            if isinstance(x, torch.Tensor) and device is not None:
+                for orig, host in list(zip(args, cargs)) + [(kwargs[k], ckw[k]) for k in kwargs]:
+                    if host is x and isinstance(orig, torch.Tensor):
+                        return orig
+                return x.to(device)
+            if isinstance(x, (list, tuple)):
+                return type(x)(back(y) for y in x)
+            return x
+        return back(out)
+    return run
+
+
+def install(profile=None) -> InstallReport:
+    """Register decompositions for the ops the backend's torch profile marks missing; see the module
+    docstring.  Idempotent: a second call replaces the first installation."""
+    import time
+    global _lib, _last
+    start = time.monotonic()
+    if os.environ.get(ENV, "1").strip() == "0":
+        _last = InstallReport(False, f"{ENV}=0")
+        return _last
+    try:
+        cand = _selected()
+        backend, device_type = cand.name, cand.spec.device_type
+    except Exception as e:  # noqa: BLE001
+        _last = InstallReport(False, f"no hal backend selected ({e})")
+        return _last
+    if device_type == "emu":
+        import hal.emu
+        hal.emu.install()
+    pu1 = torch._C._get_privateuse1_backend_name()
+    if device_type != pu1:
+        _last = InstallReport(False, f"the {backend} backend's device {device_type!r} is not torch's PrivateUse1 "
+                                     f"device ({pu1!r}); hal.fallback serves PrivateUse1 devices only",
+                              backend, device_type)
+        return _last
+    on_emu = device_type == "emu"
+    prof, source = _resolve_profile(profile, on_emu)
+    if prof is None:
+        _last = InstallReport(False, f"no torch profile for the {backend} backend: pass install(profile=NAME), set "
+                                     f"{ENV_PROFILE}=NAME" + (", or HAL_EMU_OPS=NAME on the emulator" if on_emu else "")
+                                     + " (op_coverage targets lists the names)", backend, device_type)
+        return _last
+    from op_coverage.torch_plan import decomposition_for, resolve
+    emulated: set = set()
+    if on_emu:
+        from hal.emu import _dispatch as emu
+        emulated = emu.vendor_python_ops()  # the emulation's kernels, not the device's
+    with _lock:
+        uninstall()
+        rep = InstallReport(True, f"profile {prof.name} (from {source})", backend, device_type, prof.name)
+        plan = []
+        for qualified in torch._C._dispatch_get_all_op_names():
+            if not qualified.startswith("aten::"):
+                continue
+            name = qualified[len("aten::"):]
+            v = prof.judge(name)
+            if v.status != "missing":
+                continue
+            has = lambda key: torch._C._dispatch_has_kernel_for_dispatch_key(qualified, key)  # noqa: E731
+            if any(has(k) for k in _COMPOSITE_KEYS) and qualified not in emulated:
+                continue
+            fn = decomposition_for(name)
+            if fn is None:
+                rep.without_decomposition += 1
+                continue
+            if has("PrivateUse1") and qualified not in emulated:
+                rep.vendor_kernel.append(name)
+                continue
+            func = resolve(name)
+            if func is None:
+                continue
+            plan.append((qualified, name, func, fn))
+        if on_emu:
+            from hal.emu import _dispatch as emu
+            rep.replaced_emulated = sorted(n for q, n, _, _ in plan if q in emulated)
+            emu.release_vendor_ops({q for q, _, _, _ in plan if q in emulated})
+        lib = torch.library.Library("aten", "IMPL")
+        for qualified, name, func, fn in plan:
+            if on_emu:
+                from hal.emu._dispatch import vendor_otherwise
+                otherwise = vendor_otherwise(qualified)
+            else:
+                otherwise = _host_round_trip(func)
+            kernel = decomposition_kernel(func, fn, qualified, otherwise, _uses, _announce, _counting)
+            try:
+                lib.impl(name, kernel, "PrivateUse1")
+            except RuntimeError:
+                continue
+            rep.installed.append(name)
+        _lib = lib
+        rep.installed.sort()
+        rep.vendor_kernel.sort()
+        rep.seconds = round(time.monotonic() - start, 3)
+        _last = rep
+        return rep
+
+
+def uninstall() -> None:
+    """Remove the decomposition kernels (and, on the emulator, restore the ``HAL_EMU_OPS`` kernels)."""
+    global _lib
+    if _lib is not None:
+        _lib._destroy()
+        _lib = None
+        try:
+            from hal.emu import _dispatch as emu
+            emu.release_vendor_ops(())
+        except Exception:  # noqa: BLE001
+            pass
+
+
+def installed() -> Optional[InstallReport]:
+    """The last :func:`install`'s report (None before the first)."""
+    return _last
+
+
+def report() -> List[dict]:
+    """Each installed decomposition that ran: ``op``, ``route`` ("decomposition"), ``by``
+    ("hal.fallback"), ``count``; highest count first."""
+    rows = [{"op": op, "route": "decomposition", "by": "hal.fallback", "count": n}
+            for op, n in _uses.snapshot().items()]
+    return sorted(rows, key=lambda r: (-r["count"], r["op"]))
+
+
+def reset_report() -> None:
+    _uses.reset()
