@@ -136,12 +136,22 @@ def _fill_plans(rows, chosen) -> None:
             if row.support[p.name]["torch_status"] != "missing":
                 continue
             try:
-                plan = plan_op(row.op_type, p)
+                plan = plan_op(row.op_type, p, dtypes=_torch_dtypes(row.dtypes))
             except Exception as exc:  # noqa: BLE001 - a plan that fails is reported, not raised
                 plan = None
                 row.replacement = dict(row.replacement or {}, **{p.name: {"kind": "none", "detail": str(exc)}})
             if plan is not None:
                 row.replacement = dict(row.replacement or {}, **{p.name: plan.to_dict()})
+
+
+_C10_DTYPES = {"Float": "float32", "Double": "float64", "Half": "float16", "BFloat16": "bfloat16",
+               "Long": "int64", "Int": "int32", "Short": "int16", "Char": "int8", "Byte": "uint8", "Bool": "bool"}
+
+
+def _torch_dtypes(c10_names) -> list:
+    """c10 dtype names of a trace (``Float``) as torch's (``float32``), floating ones first."""
+    names = [_C10_DTYPES.get(n, n) for n in sorted(c10_names)]
+    return sorted(names, key=lambda n: (not n.startswith(("float", "bfloat")), n)) or ["float32"]
 
 
 def scan_path(path: str, targets: Iterable[str] = (), profile_files=(), use_plugins: bool = False) -> Report:
