@@ -66,9 +66,12 @@ def _announce_fallbacks(echo: bool) -> None:
     def notice(op: str, route: str, where) -> None:
         if not echo:
             return
+        from hal.emu import _dispatch
         site = user_site(2) or f"({torch_context()})"
         how = "decomposed into other ops" if route == "decomposition" else "ran the CPU's kernel on the host"
-        LOGGER.warning("%s: %s is not native on emu; %s (fallback, counted in the report)", site, op, how)
+        vendor = _dispatch._vendor
+        where = f"emu with {vendor.name}'s coverage (HAL_EMU_OPS)" if vendor is not None else "emu"
+        LOGGER.warning("%s: %s is not native on %s; %s (fallback, counted in the report)", site, op, where, how)
 
     set_notice(notice)
 
