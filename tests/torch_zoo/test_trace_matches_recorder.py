@@ -24,6 +24,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
+from tests.torch_zoo.conftest import step_on, traced_step
 from tests.torch_zoo.models import ARCHITECTURES
 from tests.torch_zoo.recorder import op_name
 
@@ -63,34 +64,16 @@ def normalise(counts, skip):
     return out
 
 
-@pytest.fixture(scope="module")
-def emu():
-    import hal.emu
-    hal.emu.install()
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield "emu"
-    torch.set_num_threads(n)
-
-
 @pytest.mark.parametrize("name", sorted(ARCHITECTURES))
-def test_trace_counts_equal_an_independent_dispatch_mode_recording(emu, name):
-    from hal.emu._trace import DeviceOpTrace
-    torch.manual_seed(0)
-    w = ARCHITECTURES[name](seed=0).to(emu)
-    opt = w.optimizer_factory(w.model.parameters())
-    sched = w.scheduler_factory(opt) if w.scheduler_factory else None
-    w.step(opt, sched)  # the optimizer's state exists from here on: the next steps are alike
-    trace = DeviceOpTrace().start()
-    try:
-        w.step(opt, sched)
-    finally:
-        trace.stop()
+def test_trace_counts_equal_an_independent_dispatch_mode_recording(emu_one_thread, name):
+    step = step_on(name, emu_one_thread, ARCHITECTURES)
+    step()  # the optimizer's state exists from here on: the next steps are alike
+    rows = traced_step(step)
     rec = DeviceCalls()
     with rec:
-        w.step(opt, sched)
+        step()
     skip = NOT_COMPARED | MODE_CHANGES.get(name, set())
-    traced = normalise({r["op"]: r["count"] for r in trace.rows() if r["count"]}, skip)
+    traced = normalise({r["op"]: r["count"] for r in rows if r["count"]}, skip)
     recorded = normalise(rec.counts, skip)
     assert len(traced) > 15 and sum(traced.values()) > 50
     assert traced == recorded

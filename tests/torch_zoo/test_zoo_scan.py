@@ -10,6 +10,7 @@ or a composite on all five.
 import pytest
 import torch
 
+from tests.torch_zoo.conftest import step_on, traced_step
 from tests.torch_zoo.models import ARCHITECTURES
 
 pytestmark = pytest.mark.emu
@@ -20,31 +21,12 @@ EXPECTED = {
 }
 
 
-@pytest.fixture(scope="module")
-def emu():
-    import hal.emu
-    hal.emu.install()
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield "emu"
-    torch.set_num_threads(n)
-
-
 @pytest.mark.parametrize("name", sorted(ARCHITECTURES))
-def test_each_architecture_scanned_against_five_vendors(emu, name):
-    from hal.emu._trace import DeviceOpTrace
+def test_each_architecture_scanned_against_five_vendors(emu_one_thread, name):
     from op_coverage.torch_scan import scan_trace
     from op_coverage.torch_trace import make_trace
-    torch.manual_seed(0)
-    w = ARCHITECTURES[name](seed=0).to(emu)
-    opt = w.optimizer_factory(w.model.parameters())
-    sched = w.scheduler_factory(opt) if w.scheduler_factory else None
-    trace = DeviceOpTrace().start()
-    try:
-        w.step(opt, sched)
-    finally:
-        trace.stop()
-    report = scan_trace(make_trace(trace.rows(), {"kind": "factory", "target": name}, 1, 0.0, "end",
+    rows = traced_step(step_on(name, emu_one_thread, ARCHITECTURES))
+    report = scan_trace(make_trace(rows, {"kind": "factory", "target": name}, 1, 0.0, "end",
                                    torch.__version__), TARGETS, plan=False)
     model = report.models[0]
     assert [t.name for t in model.targets] == ["ascend-2.13", "mlu-2.4", "musa-2.7", "xpu-2.13", "mps-2.13"]
