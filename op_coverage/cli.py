@@ -67,7 +67,8 @@ def build_parser() -> argparse.ArgumentParser:
     fmt = argparse.RawDescriptionHelpFormatter
     p = argparse.ArgumentParser(
         prog="op_coverage", formatter_class=fmt,
-        description="Which ONNX operators of a model will not run on a target, and why.",
+        description="Which ONNX operators of a model, or which aten ops of a PyTorch training script, will not "
+                    "run on a target, why, and what replaces them.",
         epilog="commands:\n  scan      coverage report for a model or a folder of models, a torch trace or a script\n"
                "  trace     record the aten ops a PyTorch training script sends to the device\n"
                "  targets   list target profiles and where their facts come from\n"

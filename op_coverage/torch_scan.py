@@ -144,13 +144,8 @@ def _fill_plans(rows, chosen) -> None:
                 row.replacement = dict(row.replacement or {}, **{p.name: plan.to_dict()})
 
 
-_C10_DTYPES = {"Float": "float32", "Double": "float64", "Half": "float16", "BFloat16": "bfloat16",
-               "Long": "int64", "Int": "int32", "Short": "int16", "Char": "int8", "Byte": "uint8", "Bool": "bool"}
-
-
-def _torch_dtypes(c10_names) -> list:
-    """c10 dtype names of a trace (``Float``) as torch's (``float32``), floating ones first."""
-    names = [_C10_DTYPES.get(n, n) for n in sorted(c10_names)]
+def _torch_dtypes(names) -> list:
+    """A trace's dtypes (``float32``), floating ones first: what the planner builds its inputs of."""
     return sorted(names, key=lambda n: (not n.startswith(("float", "bfloat")), n)) or ["float32"]
 
 

@@ -57,11 +57,24 @@ class DeviceOpTrace:
         out = []
         for r in _native().trace_rows():
             out.append({"op": r["op"], "count": r["top"], "nested": r["nested"],
-                        "parents": dict(sorted(r["parents"].items())), "dtypes": list(r["dtypes"]),
+                        "parents": dict(sorted(r["parents"].items())),
+                        "dtypes": sorted({torch_dtype_name(d) for d in r["dtypes"]}),
                         "phases": {"forward": r["forward"], "backward": r["backward"],
                                    "optimizer": r["optimizer"]},
                         "first_frame": self._first.get(r["op"])})
         return out
+
+
+#: c10 ScalarType names -> torch's dtype names (torch.float32 -> "float32")
+_C10 = {"Float": "float32", "Double": "float64", "Half": "float16", "BFloat16": "bfloat16", "Long": "int64",
+        "Int": "int32", "Short": "int16", "Char": "int8", "Byte": "uint8", "Bool": "bool",
+        "ComplexHalf": "complex32", "ComplexFloat": "complex64", "ComplexDouble": "complex128",
+        "UInt16": "uint16", "UInt32": "uint32", "UInt64": "uint64"}
+
+
+def torch_dtype_name(c10_name: str) -> str:
+    """``"float32"`` for c10's ``"Float"`` (the name ``torch.float32`` prints without ``torch.``)."""
+    return _C10.get(c10_name, c10_name.lower())
 
 
 _FRAME = re.compile(r'File "([^"]+)", line (\d+)')

@@ -56,7 +56,7 @@ def test_a_cuda_script_is_traced_unmodified_and_stops_after_its_steps(mnist_trac
     assert ops["convolution_backward"]["first_frame"].endswith("(backward of ConvolutionBackward0)")
     assert "mnist_cnn.py:4" in ops["convolution_backward"]["first_frame"]
     assert any(r["phases"]["optimizer"] for r in trace["ops"])  # Adam's _foreach_* ops
-    assert "Float" in ops["addmm"]["dtypes"]
+    assert ops["addmm"]["dtypes"] == ["float32"]
     # nested calls are kept apart from the program's calls: copy_ runs _copy_from on a PrivateUse1 device
     assert ops["_copy_from"]["count"] == 0 and ops["_copy_from"]["parents"] == {"copy_": ops["_copy_from"]["nested"]}
     assert "2 optimizer step(s)" in err
@@ -86,7 +86,7 @@ def test_scan_of_a_trace_judges_each_op_per_vendor(mnist_trace, tmp_path):
 def _trace_with(tmp_path, ops):
     trace = {"schema": "op_coverage.torch_trace/1", "torch_version": "2.13.0", "source": {"kind": "script",
              "target": "train.py"}, "steps": 1, "seconds": 0.1, "stopped_by": "end",
-             "ops": [{"op": op, "count": 3, "nested": 0, "dtypes": ["Float"],
+             "ops": [{"op": op, "count": 3, "nested": 0, "dtypes": ["float32"],
                       "phases": {"forward": 3, "backward": 0, "optimizer": 0}, "first_frame": "train.py:7"}
                      for op in ops]}
     jsonschema.validate(trace, SCHEMA)
