@@ -118,9 +118,17 @@ def cuda_only_rules() -> tuple:
     return tuple((r["pattern"], tuple(r["parents"]), r.get("why", "")) for r in d["rules"])
 
 
-def cuda_only_parents(op: str) -> Optional[tuple[tuple, str]]:
-    """``(parents, why)`` when ``op`` is a CUDA-only op judged at its parent op, else None."""
-    for pat, parents, why in cuda_only_rules():
+def privateuse1_only_rules() -> tuple:
+    """Rules for ops torch calls only on a PrivateUse1 device (``_copy_from``): judged at their parent
+    on in-tree backends (CUDA, XPU, MPS), as themselves on a PrivateUse1 plugin."""
+    d = _read_bundled("cuda_only_parents.json")
+    return tuple((r["pattern"], tuple(r["parents"]), r.get("why", "")) for r in d.get("privateuse1_only_rules", ()))
+
+
+def cuda_only_parents(op: str, in_tree: bool = False) -> Optional[tuple[tuple, str]]:
+    """``(parents, why)`` when ``op`` is a CUDA-only op judged at its parent op (or, on an in-tree
+    backend, an op torch calls only on PrivateUse1 devices), else None."""
+    for pat, parents, why in cuda_only_rules() + (privateuse1_only_rules() if in_tree else ()):
         if fnmatchcase(op, pat):
             return parents, why
     return None
@@ -259,7 +267,8 @@ class TorchProfile:
         v = self._native(op)
         if v:
             return v
-        parents = cuda_only_parents(op)
+        parents = cuda_only_parents(op, in_tree=not str(self.data.get("dispatch_key", "PrivateUse1"))
+                                    .startswith("PrivateUse1"))
         if parents:
             return self._judge_parent(op, *parents)
         v = self._composite(op)
@@ -317,10 +326,12 @@ class TorchProfile:
             v = self._native(p)
             if v and p not in self.always_cpu:
                 return Verdict(op, "native", f"parent:{p}", None,
-                               f"aten::{op} is CUDA-only ({why}); {self.name} implements its parent aten::{p}")
+                               f"{self.name} never receives aten::{op} ({why}); it implements the parent "
+                               f"aten::{p}")
         first = parents[0]
         pv = self.judge(first) if not cuda_only_parents(first) else self._missing(first)
-        detail = (f"aten::{op} is CUDA-only ({why}); judged at its parent aten::{first}: {pv.detail}")
+        detail = (f"{self.name} never receives aten::{op} ({why}); judged at its parent aten::{first}: "
+                  f"{pv.detail}")
         return Verdict(op, pv.status, f"parent:{first}", pv.behaviour, detail,
                        self.message_for(first, pv.behaviour) if pv.status == "missing" else None)
 

@@ -320,8 +320,12 @@ PARENT_RULES = [
     ("cudnn_grid_sampler*", ["grid_sampler", "grid_sampler_2d"], "cuDNN grid sampler chosen by grid_sampler"),
     ("cudnn_affine_grid_generator_backward*", ["affine_grid_generator_backward"], "cuDNN affine grid backward"),
     ("cudnn_affine_grid_generator*", ["affine_grid_generator"], "cuDNN affine grid chosen by affine_grid_generator"),
-    # what torch calls only on a PrivateUse1 device (hal's emulator records them): in-tree backends
-    # (CUDA, XPU, MPS) take their own kernel of the parent instead
+]
+
+
+#: what torch calls only on a PrivateUse1 device (hal's emulator records them): in-tree backends
+#: (CUDA, XPU, MPS) take their own kernel of the parent instead; a PrivateUse1 plugin needs them
+PRIVATEUSE1_RULES = [
     ("_copy_from*", ["copy_"], "copy_ of a PrivateUse1 device; in-tree backends copy through their own stub"),
     ("convolution_overrideable", ["convolution", "_convolution"],
      "_convolution's call on a PrivateUse1 device; in-tree backends run their own convolution kernels"),
@@ -346,6 +350,9 @@ def parents_table() -> dict:
                 "parent's verdict decides.",
         "converted_by": "scripts/torch_profiles_from_facts.py",
         "rules": [{"pattern": p, "parents": ps, "why": why} for p, ps, why in PARENT_RULES],
+        "privateuse1_only_rules": [{"pattern": p, "parents": ps, "why": why} for p, ps, why in PRIVATEUSE1_RULES],
+        "privateuse1_only_rule": "Applied only to targets whose dispatch key is not PrivateUse1 (in-tree backends); "
+                                 "a PrivateUse1 plugin receives these ops itself.",
         "cuda_specific_ops_covered": covered,
         "cuda_specific_ops_not_covered": sorted(cuda_specific - set(covered)),
         "not_covered_note": "CUDA-library ops with no portable parent (cuBLASLt scaled mm, int4/int8 packed mm, "
