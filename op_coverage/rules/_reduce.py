@@ -1,10 +1,11 @@
-"""Reductions and scans: ReduceL1/L2/LogSum/LogSumExp/SumSquare/Prod, ArgMax/ArgMin, CumSum,
+"""Reductions and scans: ReduceL1/L2/LogSum/LogSumExp/SumSquare/Prod/Mean, ArgMax/ArgMin, CumSum,
 global pooling."""
 from __future__ import annotations
 
 import numpy as np
 
-from ._base import FLOATS, NUMERIC, Builder, Decline, Rule, attr, dim, dtype_enum, need_rank, only_attrs, reduce
+from ._base import (FLOATS, NUMERIC, Builder, Decline, Rule, attr, dim, dtype_enum, float_only, need_rank, only_attrs,
+                    reduce)
 
 
 def _axes(b: Builder, node, rule: str):
@@ -80,6 +81,29 @@ def _arg(kind: str):
             miss = b.op("Sub", b.scalar_int(1), hit)
             reduce(b, "ReduceMin", b.op("Add", pos, b.op("Mul", miss, n)), [axis], keep, outputs=[node.output[0]])
     return build
+
+
+def _reduce_mean(b: Builder, node) -> None:
+    """ReduceSum / n with n the static count of reduced elements (ReduceMean-18 takes its axes as an
+    input, and targets that registered ReduceMean up to 17 often have ReduceSum-13, which does too)."""
+    rule = "reducemean.reducesum"
+    only_attrs(node, rule, {"axes": None, "keepdims": {0, 1}, "noop_with_empty_axes": {0, 1}})
+    x = node.input[0]
+    d = float_only(b, x, rule)
+    shape = b.shape(x)
+    axes = _axes(b, node, rule)
+    if axes == "noop":
+        b.op("Identity", x, outputs=[node.output[0]])
+        return
+    if shape is None:
+        raise Decline(f"{rule}: rank of {x!r} unknown")
+    r = len(shape)
+    reduced = [shape[a % r] for a in (axes if axes is not None else range(r))]
+    if not all(isinstance(v, int) and v > 0 for v in reduced):
+        raise Decline(f"{rule}: the reduced dims of {x!r} are not static ({reduced})")
+    n = int(np.prod(reduced, dtype=np.int64))
+    total = reduce(b, "ReduceSum", x, axes, attr(node, "keepdims", 1))
+    b.op("Div", total, b.const(float(n), d), outputs=[node.output[0]])
 
 
 def _reduce_prod(b: Builder, node) -> None:
@@ -185,6 +209,8 @@ RULES = (
               "and ReduceMin/ReduceMax; a NaN extreme picks the first NaN; exact"),
     Rule("argmin.reduce", "ArgMin", _arg("ArgMin"), since=1, dtypes=NUMERIC,
          note="as argmax.reduce with ReduceMin; exact"),
+    Rule("reducemean.reducesum", "ReduceMean", _reduce_mean, since=1, dtypes=FLOATS,
+         note="ReduceSum / n over static reduced dims; exact up to the rounding of the division"),
     Rule("reduceprod.mul-tree", "ReduceProd", _reduce_prod, since=1, dtypes=NUMERIC,
          note="pairwise products (log2(n) rounds of Slice and Mul) over the flattened reduced axes; static shape; "
               "exact for integers, floats round in another order than a sequential product (a few ulp). "

@@ -145,6 +145,22 @@ def _onehot(where: bool):
     return build
 
 
+#: the types a data-movement op is widened to int32 from: every value fits, so the round trip is exact
+_NARROW = {"bool", "int8", "uint8", "int16", "uint16"}
+
+
+def _slice_widen(b: Builder, node) -> None:
+    """Slice of a narrow type (NMS masks are bool) as Cast to int32, Slice, Cast back."""
+    rule = "slice.widen"
+    d = b.dtype(node.input[0])
+    if d not in _NARROW:
+        raise Decline(f"{rule}: handles {', '.join(sorted(_NARROW))} data (a Cast to int32 and back is exact), "
+                      f"not {d or 'an unknown type'}")
+    wide = b.op("Cast", node.input[0], to=dtype_enum("int32"))
+    part = b.op("Slice", wide, *node.input[1:], **{a.name: helper.get_attribute_value(a) for a in node.attribute})
+    b.op("Cast", part, to=dtype_enum(d), outputs=[node.output[0]])
+
+
 def _shape_constant(b: Builder, node) -> None:
     rule = "shape.constant"
     only_attrs(node, rule, {"start": None, "end": None})
@@ -211,6 +227,8 @@ def _range_cumsum(b: Builder, node) -> None:
 
 
 RULES = (
+    Rule("slice.widen", "Slice", _slice_widen, since=1,
+         note="bool and 8/16-bit data: Cast to int32, Slice, Cast back; exact"),
     Rule("shape.constant", "Shape", _shape_constant, since=1,
          note="a static shape (start/end applied) as a constant; exact"),
     Rule("range.constant", "Range", _range_constant, since=11,

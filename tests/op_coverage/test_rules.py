@@ -112,6 +112,8 @@ CASES = {
     "cast-bool-to-int64": ("g (float[6] x) => (int64[6] y) { z = Constant <value = float {0.0}> () "
                            "c = Greater(x, z) y = Cast <to=7> (c) }", "Cast", "cast.bool"),
     "cast-bool-to-float16": ("g (bool[2,3] c) => (float16[2,3] y) { y = Cast <to=10> (c) }", "Cast", "cast.bool"),
+    "reducemean-opset18": ("g (float[2,3,8] x) => (float[2,3,1] y) { a = Constant <value = int64[1] {-1}> () "
+                           "y = ReduceMean(x, a) }", "ReduceMean", "reducemean.reducesum", 18),
     "range-constant": ("g (float[1] x) => (float[7] y) { s = Constant <value = float {0.3}> () "
                        "l = Constant <value = float {1.0}> () d = Constant <value = float {0.1}> () "
                        "r = Range(s, l, d) y = Add(r, x) }", "Range", "range.constant"),
@@ -264,6 +266,29 @@ def test_data_dependent_ops_say_host_fallback_instead_of_no_rule(text, op):
     why = res.blocked[op]["reasons"][0]
     assert "output shape depends on the input values" in why and "host" in why, why
     assert "no function body and no rule" not in why
+
+
+#: slice.widen needs a target whose Slice lacks only some types: musa's has float, float16, int32, int64
+NARROW_SLICES = {
+    "slice-bool-negative-step": ("g (float[4,6] x) => (bool[2,3] y) { z = Constant <value = float {0.0}> () "
+                                 "c = Greater(x, z) s = Constant <value = int64[2] {3, 0}> () "
+                                 "e = Constant <value = int64[2] {0, 6}> () a = Constant <value = int64[2] {0, 1}> () "
+                                 "t = Constant <value = int64[2] {-2, 2}> () y = Slice(c, s, e, a, t) }", "slice.widen"),
+    "slice-int8": ("g (float[4,6] x) => (int8[4,2] y) { q = Cast <to=3> (x) s = Constant <value = int64[1] {1}> () "
+                   "e = Constant <value = int64[1] {-3}> () a = Constant <value = int64[1] {-1}> () "
+                   "y = Slice(q, s, e, a) }", "slice.widen"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(NARROW_SLICES))
+def test_narrow_slices_widen_to_int32_on_a_target_without_them(case):
+    text, rule = NARROW_SLICES[case]
+    m = _fix_order(__import__("onnx").parser.parse_model(H + text))
+    res, checks = rewrite_and_compare(m, "", generate_inputs(m, seed=1), base="musa")
+    assert res.plans["Slice"]["via"] == [rule]
+    assert all(c.ok for c in checks), [c.to_dict() for c in checks]
+    from rw_helpers import run
+    np.testing.assert_array_equal(run(res.model, generate_inputs(m, seed=1))[0], run(m, generate_inputs(m, seed=1))[0])
 
 
 EDGES = np.array([[np.nan, -np.inf, np.inf, -0.0, 0.0, -0.5, 0.5, -2.5, 3.0, 3.0, 1e30, -1e-30]], np.float32)
