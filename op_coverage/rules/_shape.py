@@ -130,7 +130,11 @@ def _onehot(where: bool):
         # negative indices count from the end: idx + depth * (idx < 0)
         idx = b.op("Add", idx, b.op("Mul", d, b.op("Cast", b.op("Less", idx, b.scalar_int(0)),
                                                    to=dtype_enum("int64"))))
-        rng = b.op("Range", b.scalar_int(0), d, b.scalar_int(1))
+        dv = b.const_value(depth)
+        if dv is not None:  # the usual case (num_classes): the positions are a constant, no Range
+            rng = b.ints(list(range(int(np.asarray(dv).reshape(-1)[0]))))
+        else:
+            rng = b.op("Range", b.scalar_int(0), d, b.scalar_int(1))
         trailing = r - axis  # dims of the output after the one-hot axis
         if trailing:
             rng = unsqueeze(b, rng, list(range(1, trailing + 1)))

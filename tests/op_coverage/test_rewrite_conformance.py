@@ -95,7 +95,8 @@ def test_range_of_constants_matches_onnx_node_tests():
         if np.asarray(want).dtype.name not in conformance.ORT_FEEDABLE:
             continue
         m = copy.deepcopy(case.model)
-        m.graph.initializer.extend(numpy_helper.from_array(np.asarray(v), vi.name) for vi, v in zip(m.graph.input, inputs))
+        m.graph.initializer.extend(numpy_helper.from_array(np.asarray(v), vi.name)
+                                   for vi, v in zip(m.graph.input, inputs))
         del m.graph.input[:]
         res = rewrite_model(m, target)
         assert res.plans["Range"]["via"] == ["range.constant"], res.plans

@@ -273,7 +273,8 @@ NARROW_SLICES = {
     "slice-bool-negative-step": ("g (float[4,6] x) => (bool[2,3] y) { z = Constant <value = float {0.0}> () "
                                  "c = Greater(x, z) s = Constant <value = int64[2] {3, 0}> () "
                                  "e = Constant <value = int64[2] {0, 6}> () a = Constant <value = int64[2] {0, 1}> () "
-                                 "t = Constant <value = int64[2] {-2, 2}> () y = Slice(c, s, e, a, t) }", "slice.widen"),
+                                 "t = Constant <value = int64[2] {-2, 2}> () y = Slice(c, s, e, a, t) }",
+                                 "slice.widen"),
     "slice-int8": ("g (float[4,6] x) => (int8[4,2] y) { q = Cast <to=3> (x) s = Constant <value = int64[1] {1}> () "
                    "e = Constant <value = int64[1] {-3}> () a = Constant <value = int64[1] {-1}> () "
                    "y = Slice(q, s, e, a) }", "slice.widen"),
