@@ -16,7 +16,8 @@ with its min and max. It also saves the graph onnxruntime optimises each model i
 counts the fused ops and Casts in it, which shows where onnxruntime re-fuses the emitted
 patterns and where it does not.
 
-Usage: python bench/bench_rewrite_latency.py [--runs 30] [--repeats 5] [--d 256] [--seq 128] [--cases bert,llama,mobilenetv3]
+Usage: python bench/bench_rewrite_latency.py [--runs 30] [--repeats 5] [--d 256] [--seq 128]
+                                              [--cases bert,llama,mobilenetv3]
 Goal (issue 13, item 8): ratio <= 1.10.
 """
 import argparse

@@ -73,9 +73,10 @@ def main() -> None:
         # built in a child: a forked child's ru_maxrss starts at its parent's RSS, so the
         # parent must stay small for the scan's peak RSS to be its own
         path = Path(d) / "big.onnx"
-        subprocess.run([sys.executable, "-c", f"import sys; sys.path.insert(0, {str(ROOT / 'tests' / 'op_coverage')!r})\n"
-                        f"from pathlib import Path\nfrom oc_models import embedded\n"
-                        f"embedded(Path({d!r}), {a.mb}, tensors={a.tensors})"], check=True, env=_env())
+        build = (f"import sys; sys.path.insert(0, {str(ROOT / 'tests' / 'op_coverage')!r})\n"
+                 f"from pathlib import Path\nfrom oc_models import embedded\n"
+                 f"embedded(Path({d!r}), {a.mb}, tensors={a.tensors})")
+        subprocess.run([sys.executable, "-c", build], check=True, env=_env())
         size = path.stat().st_size
         cat_cmd = ["sh", "-c", f"cat '{path}' > /dev/null"]
         scan_cmd = [sys.executable, "-m", "op_coverage", "scan", str(path), "--fail-on", "never", "--no-progress"]
