@@ -1,5 +1,5 @@
 PY ?= python3
-.PHONY: setup demo test bench gpu-check corpus-cuda-torch
+.PHONY: setup demo test bench gpu-check corpus-cuda-torch zoo
 setup:
 	bash scripts/setup.sh
 # the main job on the embedded defaults
@@ -16,3 +16,8 @@ gpu-check:
 # download: not in CI)
 corpus-cuda-torch:
 	bash scripts/corpus_cuda_torch.sh
+# op_coverage on real architectures: small models exported from torch and transformers configs
+# (pip install -e '.[zoo]'), scanned against every target and rewritten; exports are cached in
+# $$HAL_ZOO_CACHE (default ~/.cache/hal/op_coverage-zoo)
+zoo:
+	$(PY) -m pytest -q -s -m zoo tests/op_coverage/test_zoo.py

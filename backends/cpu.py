@@ -1,94 +1,7 @@
 """The host CPU: always present; chosen only when no accelerator is, with a stated reason."""
-import contextlib
-import os
-import platform
-
-import torch
-
-from hal._errors import NotSupported
-from hal.backend import Backend, DeviceProperties, host_memory_bytes
 from hal.kernel_table import builtin_fused_kernels
 from hal.plugin_kit import VendorPlugin
 from hal.spec import ProbeResult, Status, builtin_spec
-
-
-class CPUBackend(Backend):
-    def device(self, index=None):
-        return torch.device("cpu")
-
-    def device_count(self):
-        return 1
-
-    def current_device(self):
-        return 0
-
-    def set_device(self, index):
-        if int(index) != 0:
-            raise ValueError(f"cpu: device index {index} out of range; the cpu backend has one device (0)")
-
-    def device_name(self, index=None):
-        return _cpu_model() or platform.processor() or platform.machine()
-
-    def device_properties(self, index=None):
-        """The host: its model name, physical memory, its cores; no compute capability (0, 0)."""
-        return DeviceProperties(name=self.device_name(), total_memory=host_memory_bytes(), major=0, minor=0,
-                                multi_processor_count=os.cpu_count() or 1, type="cpu")
-
-    def Event(self, *args, **kwargs):  # noqa: N802 - mirrors torch.cuda.Event
-        if args or kwargs:  # torch.cpu.Event takes no arguments (no timing, no IPC)
-            raise NotSupported("cpu", "Event(enable_timing=...)",
-                               "torch.cpu.Event has no timing; time host work with time.perf_counter()")
-        return torch.cpu.Event()
-
-    def _mem(self, attr, index):
-        raise NotSupported("cpu", attr, "host memory has no device allocator; use psutil or /proc for RSS")
-
-    def empty_cache(self):
-        raise NotSupported("cpu", "empty_cache", "host memory has no device cache")
-
-    def pin_memory(self, tensor):
-        """No device to transfer to: the host tensor is returned as it is."""
-        return tensor
-
-    def manual_seed(self, seed):
-        torch.manual_seed(int(seed))
-
-    manual_seed_all = manual_seed
-
-    def initial_seed(self):
-        return int(torch.initial_seed())
-
-    def get_rng_state(self, index=None):
-        return torch.get_rng_state()
-
-    def set_rng_state(self, state, index=None):
-        torch.set_rng_state(state)
-
-    def get_rng_state_all(self):
-        return [torch.get_rng_state()]
-
-    def set_rng_state_all(self, states):
-        torch.set_rng_state(states[0])
-
-    @contextlib.contextmanager
-    def fork_rng(self, enabled=True):
-        with torch.random.fork_rng(devices=[], enabled=enabled):
-            yield
-
-    def runtime_version(self):
-        return f"ATen CPU ({torch.backends.cpu.get_cpu_capability()})"
-
-
-def _cpu_model() -> str:
-    """The processor's model name from /proc/cpuinfo (Linux), or ''."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.partition(":")[2].strip()
-    except OSError:
-        pass
-    return ""
 
 
 class CPUPlugin(VendorPlugin):
@@ -97,6 +10,13 @@ class CPUPlugin(VendorPlugin):
 
 
 # the CPU's fused kernels are hal's own C++ host kernels (hal._C)
-_plugin = CPUPlugin(builtin_spec("cpu"), CPUBackend, fused_kernels=builtin_fused_kernels("cpu"))
+_plugin = CPUPlugin(builtin_spec("cpu"), "hal_backends.torch_backends:CPUBackend",
+                    fused_kernels=builtin_fused_kernels("cpu"))
 hal_backend_specs, hal_backend_probe, hal_backend_load, hal_op_support = _plugin.hooks()
 hal_fused_kernels = _plugin.hal_fused_kernels
+
+
+def __getattr__(name):  # ``from hal_backends.cpu import CPUBackend`` imports torch only then
+    if name == "CPUBackend":
+        return _plugin.backend_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -4,9 +4,9 @@ from hal.kernel_table import builtin_fused_kernels
 from hal.plugin import hookimpl
 from hal.spec import builtin_spec
 
-from hal_backends.cuda import CUDABackend, CUDAFamilyPlugin
+from hal_backends.cuda import CUDA_BACKEND, CUDAFamilyPlugin
 
-_plugins = {n: CUDAFamilyPlugin(builtin_spec(n), CUDABackend, fused_kernels=builtin_fused_kernels(n))
+_plugins = {n: CUDAFamilyPlugin(builtin_spec(n), CUDA_BACKEND, fused_kernels=builtin_fused_kernels(n))
             for n in ("rocm", "hygon", "metax", "iluvatar", "kunlunxin")}
 
 

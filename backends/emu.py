@@ -4,25 +4,13 @@ The reference a vendor plugin copies: spec from data, a probe that imports nothi
 load that registers the device with PyTorch, and the collective registered as an
 out-of-tree c10d backend, as vendor CCLs are.
 """
-from hal import __version__
 from hal._errors import NoDevice
-from hal.backend import Backend
 from hal.plugin import hookimpl
 from hal.plugin_kit import VendorPlugin
 from hal.spec import ProbeResult, Status, builtin_spec
 
 #: values of HAL_BACKEND that opt in
 OPT_IN = ("emu",)
-
-
-class EmuBackend(Backend):
-    def runtime_version(self):
-        return f"hal-emu {__version__}"
-
-    def supported_dtypes(self):
-        from hal.emu import uncounted
-        with uncounted():  # hal's own check, never part of the user's fallback report
-            return super().supported_dtypes()
 
 
 class EmuPlugin(VendorPlugin):
@@ -46,10 +34,10 @@ class EmuPlugin(VendorPlugin):
         install()
         register_c10d_backend()
         import hal.emu as module
-        return self.backend_cls(self.spec, module)
+        return self.backend_class()(self.spec, module)
 
 
-_plugin = EmuPlugin(builtin_spec("emu"), EmuBackend)
+_plugin = EmuPlugin(builtin_spec("emu"), "hal_backends.torch_backends:EmuBackend")
 hal_backend_specs, hal_backend_probe, hal_backend_load, hal_op_support = _plugin.hooks()
 
 

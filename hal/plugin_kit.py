@@ -8,24 +8,39 @@ A typical vendor module is three lines::
     hal_backend_specs, hal_backend_probe, hal_backend_load, hal_op_support = _plugin.hooks()
     hal_fused_kernels = _plugin.hal_fused_kernels     # when it passes fused_kernels=
 
-Override :meth:`VendorPlugin.probe` or pass ``backend_cls`` for what differs.
+Override :meth:`VendorPlugin.probe` or pass ``backend_cls`` for what differs.  A plugin
+module imports torch only when it loads a backend, never when it is registered (finding
+plugin profiles, ``hal list`` before probing): pass ``backend_cls`` as ``"module:Class"``
+when the class's module imports torch (``hal.backend`` does).
 """
 from __future__ import annotations
 
-from typing import Dict, Optional, Type
+import importlib
+from typing import TYPE_CHECKING, Dict, Optional, Type, Union
 
-from hal.backend import Backend, load_device_backend
 from hal.plugin import hookimpl
 from hal.probe import ProbeContext, probe_module_and_nodes
 from hal.spec import BackendSpec, ProbeResult
+
+if TYPE_CHECKING:  # pragma: no cover
+    from hal.backend import Backend
+
+
+def resolve(ref: Union[str, object]):
+    """``"module:attr"`` imported and looked up; anything else is returned as it is."""
+    if not isinstance(ref, str):
+        return ref
+    mod, _, attr = ref.partition(":")
+    return getattr(importlib.import_module(mod), attr)
 
 
 class VendorPlugin:
     """Hooks for one backend spec: standard probe, standard load."""
 
-    def __init__(self, spec: BackendSpec, backend_cls: Type[Backend] = Backend,
+    def __init__(self, spec: BackendSpec, backend_cls: Union[str, Type[Backend]] = "hal.backend:Backend",
                  op_profile: Optional[dict] = None, fused_kernels: Optional[Dict[str, object]] = None):
         self.spec = spec
+        #: the Backend class, or ``"module:Class"`` imported on first load
         self.backend_cls = backend_cls
         self.op_profile = op_profile
         #: hal op name -> "module:function" or callable (see hookspec hal_fused_kernels)
@@ -34,8 +49,15 @@ class VendorPlugin:
     def probe(self, context: ProbeContext) -> ProbeResult:
         return probe_module_and_nodes(self.spec, context)
 
+    def backend_class(self) -> Type[Backend]:
+        """The Backend class (imports its module, and so torch, on first call)."""
+        self.backend_cls = resolve(self.backend_cls)
+        return self.backend_cls
+
     def load(self) -> Backend:
-        return load_device_backend(self.spec, self.backend_cls)
+        from hal.backend import load_device_backend
+
+        return load_device_backend(self.spec, self.backend_class())
 
     @hookimpl
     def hal_backend_specs(self):

@@ -98,6 +98,7 @@ class Registry:
         self.pm.add_hookspecs(hookspecs)
         self.failures: List[PluginFailure] = []
         self.blocked = {n.strip() for n in self.env.get(ENV_BLOCK, "").split(",") if n.strip()}
+        self._declared: Optional[List[Tuple[str, object, BackendSpec]]] = None
         self._candidates: Optional[List[Candidate]] = None
         self._selected: Optional[Candidate] = None
         self.selection_reason = ""
@@ -151,20 +152,28 @@ class Registry:
                 self._candidates = self._probe_all()
             return list(self._candidates)
 
+    def _specs(self) -> List[Tuple[str, object, BackendSpec]]:
+        """``(plugin name, plugin, spec)`` for every declared backend, nothing probed."""
+        with self._lock:
+            if self._declared is None:
+                self._declared = []
+                for pname, plugin in self.pm.list_name_plugin():
+                    try:
+                        specs = [s for group in self.plugin_call(plugin, "hal_backend_specs") for s in (group or [])]
+                    except Exception as exc:
+                        self.failures.append(PluginFailure(pname, "spec", _short_error(exc)))
+                        continue
+                    self._declared.extend((pname, plugin, spec) for spec in specs)
+            return list(self._declared)
+
     def _probe_all(self) -> List[Candidate]:
         out: List[Candidate] = []
-        for pname, plugin in self.pm.list_name_plugin():
-            try:
-                specs = [s for group in self.plugin_call(plugin, "hal_backend_specs") for s in (group or [])]
-            except Exception as exc:
-                self.failures.append(PluginFailure(pname, "spec", _short_error(exc)))
-                continue
-            for spec in specs:
-                if spec.name in self.blocked:
-                    res = ProbeResult(Status.BLOCKED, f"blocked by {ENV_BLOCK}")
-                else:
-                    res = self._probe_one(plugin, spec)
-                out.append(Candidate(spec, pname, res))
+        for pname, plugin, spec in self._specs():
+            if spec.name in self.blocked:
+                res = ProbeResult(Status.BLOCKED, f"blocked by {ENV_BLOCK}")
+            else:
+                res = self._probe_one(plugin, spec)
+            out.append(Candidate(spec, pname, res))
         out.sort(key=lambda c: (-c.spec.priority, c.spec.name))
         return out
 
@@ -247,16 +256,21 @@ class Registry:
             return cpu
 
     def op_profiles(self) -> List[Tuple[str, dict]]:
-        """Operator-support profiles shipped by plugins through ``hal_op_support``."""
+        """Operator-support profiles shipped by plugins through ``hal_op_support``.
+
+        A profile describes a target whether or not its device is here, so nothing is
+        probed (probes read torch's build facts; finding profiles never imports torch).
+        """
         out = []
-        for c in self.candidates():
-            plugin = self.pm.get_plugin(c.plugin)
+        for pname, plugin, spec in sorted(self._specs(), key=lambda t: (-t[2].priority, t[2].name)):
+            if spec.name in self.blocked:
+                continue
             try:
-                for prof in self.plugin_call(plugin, "hal_op_support", spec=c.spec):
+                for prof in self.plugin_call(plugin, "hal_op_support", spec=spec):
                     if prof:
-                        out.append((c.plugin, prof))
+                        out.append((pname, prof))
             except Exception as exc:
-                self.failures.append(PluginFailure(c.plugin, "op_support", _short_error(exc)))
+                self.failures.append(PluginFailure(pname, "op_support", _short_error(exc)))
         return out
 
     def report(self) -> dict:

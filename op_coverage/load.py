@@ -1,6 +1,6 @@
 """Load an ONNX model for a scan: no weights, safe external-data paths, bounded memory.
 
-The file is memory-mapped and re-encoded without large tensor payloads (see
+The file is read with positioned reads and re-encoded without large tensor payloads (see
 :mod:`op_coverage.wire`), so memory stays at a few MB whatever the weight size and models
 over 2 GB load as long as their graph itself fits in a protobuf.  External data files are
 never opened; their locations are checked so that a model cannot point the scan (or a later
@@ -8,7 +8,6 @@ loader) outside its own folder.
 """
 from __future__ import annotations
 
-import mmap
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,7 +16,7 @@ import onnx
 from google.protobuf.message import DecodeError
 
 from .errors import ModelNotFound, NotOnnx, TruncatedModel, UnknownOpset, UnsafeExternalData
-from .wire import ELIDED_KEY, MAX_MESSAGE_DEPTH, WireError, strip_model
+from .wire import ELIDED_KEY, MAX_MESSAGE_DEPTH, FileBytes, WireError, strip_model
 
 _SNIFF = [
     (b"PK\x03\x04", "a zip archive (a PyTorch .pt/.pth checkpoint?); export it with torch.onnx.export first"),
@@ -194,10 +193,11 @@ def load_for_scan(path: str | os.PathLike) -> LoadedModel:
     if size == 0:
         raise NotOnnx(f"{p}: empty file (0 bytes), not an ONNX model; re-export or re-download it")
     try:
-        with open(p, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-            head = mm[:16]
+        with open(p, "rb") as fh:
+            data = FileBytes(fh.fileno(), size)
+            head = data[:16]
             try:
-                stripped, stats = strip_model(mm)
+                stripped, stats = strip_model(data)
             except WireError as e:
                 if e.too_deep:
                     raise NotOnnx(_too_deep(p, str(e))) from None

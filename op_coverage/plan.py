@@ -183,12 +183,13 @@ class Planner:
             self._native[key] = self.profile.judge(info).status == "native"
         return self._native[key]
 
-    def plan(self, node: onnx.NodeProto, env: Env, depth: int = 0, path: str = "main") -> NodePlan:
+    def plan(self, node: onnx.NodeProto, env: Env, depth: int = 0, path: str = "main",
+             active: frozenset = frozenset()) -> NodePlan:
         """Plan *node*: itself when native, else the best composition, else why none exists."""
         if self.is_native(node, env, path):
             dom = norm_domain(node.domain)
             return NodePlan(True, [node], [], COST.get(node.op_type, 1.0), 0, Counter({(dom, node.op_type): 1}))
-        return self.replace(node, env, depth, path)
+        return self.replace(node, env, depth, path, active)
 
     def replace_cached(self, node: onnx.NodeProto, env: Env, path: str = "main") -> NodePlan:
         """:meth:`replace`, reusing the plan of an identical earlier node (same op, attributes,
@@ -224,10 +225,19 @@ class Planner:
             nodes.append(c)
         return NodePlan(True, nodes, list(plan.rules), plan.cost, plan.quality, Counter(plan.leaves))
 
-    def replace(self, node: onnx.NodeProto, env: Env, depth: int = 0, path: str = "main") -> NodePlan:
-        """The best composition for *node*, whether or not the target runs it natively."""
+    def replace(self, node: onnx.NodeProto, env: Env, depth: int = 0, path: str = "main",
+                active: frozenset = frozenset()) -> NodePlan:
+        """The best composition for *node*, whether or not the target runs it natively.
+
+        :param active: the ops being replaced further up this plan; meeting one again is a
+            cycle (Less -> Greater -> Less where the target has neither), not a composition.
+        """
         dom = norm_domain(node.domain)
         label = _label(dom, node.op_type)
+        if label in active:
+            return NodePlan(False, blocked_by={label}, reasons=[
+                f"{label}: the rules lead back to {label}, which the target lacks ({' / '.join(sorted(active))} "
+                "are all being replaced)"])
         if depth >= self.max_depth:
             return NodePlan(False, blocked_by={label}, reasons=[f"{label}: depth limit {self.max_depth} reached"])
         rules = self.candidates(dom, node.op_type)
@@ -253,11 +263,13 @@ class Planner:
             if not b.nodes:
                 reasons.append(f"{rule.name}: produced no nodes")
                 continue
-            if any(norm_domain(n.domain) == dom and n.op_type == node.op_type for n in b.nodes):
-                reasons.append(f"{rule.name}: emits {label} again")
-                continue
             infer_into(b.nodes, sub_env)
-            parts = [self.plan(n, sub_env, depth + 1, path) for n in b.nodes]
+            # the same op again only where the target runs that node (a Slice of int32 for one of bool)
+            if any(norm_domain(n.domain) == dom and n.op_type == node.op_type and not self.is_native(n, sub_env, path)
+                   for n in b.nodes):
+                reasons.append(f"{rule.name}: emits {label} again, which the target lacks there too")
+                continue
+            parts = [self.plan(n, sub_env, depth + 1, path, active | {label}) for n in b.nodes]
             if not all(p.ok for p in parts):
                 for p in parts:
                     if not p.ok:

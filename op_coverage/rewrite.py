@@ -27,13 +27,15 @@ class RewriteResult:
 
     model: onnx.ModelProto
     replaced: Counter = field(default_factory=Counter)      # op label -> nodes replaced
-    added: Counter = field(default_factory=Counter)         # op label -> nodes added
+    added: Counter = field(default_factory=Counter)         # op label -> nodes added (after folding)
+    folded: Counter = field(default_factory=Counter)        # what op_coverage.fold did ("CastLike->Cast": n)
     plans: dict = field(default_factory=dict)               # op label -> NodePlan.summary() (first node)
     blocked: dict = field(default_factory=dict)             # op label -> summary of why not
     not_native_before: int = 0
 
     def to_dict(self) -> dict:
-        return {"replaced": dict(self.replaced), "added": dict(self.added), "plans": self.plans,
+        return {"replaced": dict(self.replaced), "added": dict(self.added), "folded": dict(self.folded),
+                "plans": self.plans,
                 "blocked": self.blocked, "not_native_before": self.not_native_before}
 
 
@@ -52,8 +54,10 @@ def _inferred(model: onnx.ModelProto) -> onnx.ModelProto:
 
 
 def rewrite_model(model: onnx.ModelProto, profile: SupportProfile, *, max_depth: int = 6,
-                  types_from: onnx.ModelProto | None = None) -> RewriteResult:
+                  types_from: onnx.ModelProto | None = None, fold: bool = True) -> RewriteResult:
     """Return a rewritten copy of *model* in which nodes not native on *profile* are replaced.
+
+    :param fold: fold the casts of constants the replacements bring in (:mod:`op_coverage.fold`).
 
     :param types_from: a model with the same graph to take types and shapes from (e.g. the
         weight-free copy :func:`op_coverage.load.load_for_scan` reads); default: shape
@@ -69,6 +73,7 @@ def rewrite_model(model: onnx.ModelProto, profile: SupportProfile, *, max_depth:
     def do_graph(g, info_g, outer: Env | None, path: str, opsets: dict):
         env = scope_env(info_g, outer, opsets)
         new_nodes = []
+        emitted: set = set()  # names of the nodes replacements brought into this graph
         for i, n in enumerate(g.node):
             ni = info_g.node[i] if info_g is not g and i < len(info_g.node) else n
             for a_i, a in enumerate(n.attribute):
@@ -90,19 +95,36 @@ def rewrite_model(model: onnx.ModelProto, profile: SupportProfile, *, max_depth:
             lab = _label(n)
             if p.ok:
                 new_nodes.extend(p.nodes)
+                emitted.update(m.name for m in p.nodes)
                 for m in p.nodes:  # subgraphs an expansion brought in (Range's Loop body) are rewritten too
                     for a in m.attribute:
                         for sub in ([a.g] if a.HasField("g") else []) + list(a.graphs):
                             do_graph(sub, sub, env, f"{path}/{m.name}.{a.name}", opsets)
                 res.replaced[lab] += 1
-                for m in p.nodes:
-                    res.added[_label(m)] += 1
                 res.plans.setdefault(lab, p.summary())
             else:
                 new_nodes.append(n)
                 res.blocked.setdefault(lab, p.summary())
+        if fold and emitted:
+            new_nodes = _fold(new_nodes, emitted, env, g, path)
+        for m in new_nodes:
+            if m.name in emitted:
+                res.added[_label(m)] += 1
         del g.node[:]
         g.node.extend(new_nodes)
+
+    def _fold(nodes, emitted, env, g, path):
+        from .fold import fold as fold_casts
+        from .plan import infer_into
+        if not any(m.op_type in ("CastLike", "Cast") and m.name in emitted for m in nodes):
+            return nodes
+        tenv = env.child()  # the types of what the replacements produce, learnt without weights
+        infer_into([m for m in nodes if not any(a.HasField("g") or len(a.graphs) for a in m.attribute)], tenv)
+        keep = {o if isinstance(o, str) else o.name for o in g.output}  # FunctionProto outputs are names
+        new, done = fold_casts(nodes, emitted, tenv.types, tenv.consts,
+                               lambda m: planner.is_native(m, tenv, path), keep)
+        res.folded.update(done)
+        return new
 
     local = {(f.domain, f.name) for f in out.functions}
     calls: dict = {}  # (domain, name) -> [[(dtype, shape) per actual input] per call site]
@@ -182,7 +204,8 @@ def _save(model: onnx.ModelProto, path: Path, external: bool) -> str | None:
 
 def rewrite(path, target: str, output, *, profiles: list | None = None, without_ops=None,
             inputs: list | None = None, seed: int = 0, dims: dict | None = None, atol: float | None = None,
-            rtol: float | None = None, verify_outputs: bool = True, max_depth: int = 6) -> RewriteReport:
+            rtol: float | None = None, verify_outputs: bool = True, max_depth: int = 6,
+            fold: bool = True) -> RewriteReport:
     """Rewrite *path* for *target*, check it, verify it against the original, write *output*, rescan.
 
     Nothing is written unless the rewritten model passes ``onnx.checker`` (full check, with
@@ -212,7 +235,7 @@ def rewrite(path, target: str, output, *, profiles: list | None = None, without_
     if not out.parent.is_dir():
         raise OutputNotWritable(f"-o {out}: folder {out.parent} does not exist; create it or choose another path")
     model = onnx.load(str(src), load_external_data=True)
-    res = rewrite_model(model, profile, max_depth=max_depth, types_from=loaded.model)
+    res = rewrite_model(model, profile, max_depth=max_depth, types_from=loaded.model, fold=fold)
     report = RewriteReport(str(src), str(out), profile.name, res)
     try:
         _check_verify_write(report, model, loaded, src, out, inputs, seed, dims, atol, rtol, verify_outputs)

@@ -1,10 +1,10 @@
 """Read an ONNX protobuf without materialising tensor payloads.
 
 The scan needs every node, type and shape of a model but none of its weights.  This module
-walks the protobuf wire format of a ``ModelProto`` held in a memory map and re-encodes it
-without the payload fields of large ``TensorProto`` messages (``raw_data``, ``float_data``,
-...).  Pages that hold weights are never touched, so scanning a 1 GB model with embedded
-weights costs a few MB of memory.  An elided tensor keeps its name, dims and data type and
+walks the protobuf wire format of a ``ModelProto`` read with positioned reads
+(:class:`FileBytes`) and re-encodes it without the payload fields of large ``TensorProto``
+messages (``raw_data``, ``float_data``, ...).  Weights are never read, so scanning a 1 GB
+model with embedded weights costs a few MB of memory.  An elided tensor keeps its name, dims and data type and
 gains one ``metadata_props`` entry, ``op_coverage.elided_bytes``, with the payload size on
 disk.
 
@@ -12,6 +12,8 @@ Only the message fields that can (transitively) contain tensors are descended in
 other field is copied byte for byte.
 """
 from __future__ import annotations
+
+import os
 
 ELIDED_KEY = "op_coverage.elided_bytes"
 #: payloads up to this size are kept: shape inference needs small constants (Reshape shapes)
@@ -47,19 +49,74 @@ class WireError(ValueError):
 
 
 def _varint(buf, pos: int, end: int) -> tuple[int, int]:
+    chunk = buf[pos:min(pos + 10, end)]  # one read per varint (a FileBytes read is a call, not an index)
     result = 0
     shift = 0
-    while True:
-        if pos >= end:
-            raise WireError(f"varint runs past the end at byte {pos}", truncated=True)
-        b = buf[pos]
-        pos += 1
+    for i, b in enumerate(chunk):
         result |= (b & 0x7F) << shift
         if not b & 0x80:
-            return result, pos
+            return result, pos + i + 1
         shift += 7
-        if shift > 63:
-            raise WireError(f"varint longer than 10 bytes at byte {pos}")
+    if len(chunk) < 10:
+        raise WireError(f"varint runs past the end at byte {pos + len(chunk)}", truncated=True)
+    raise WireError(f"varint longer than 10 bytes at byte {pos + 10}")
+
+
+class FileBytes:
+    """A file as a read-only bytes-like sequence, read with positioned reads (``os.pread``).
+
+    Unlike a memory map, reading a tensor's few header bytes never maps the pages around
+    them: on kernels whose page cache uses large folios, touching one byte of a mapped file
+    can map up to 2 MB, so a model with hundreds of weight headers would map most of its
+    weights.  Small reads go through one cached block; large slices are read directly.
+    """
+
+    BLOCK = 1 << 16
+
+    def __init__(self, fd: int, size: int):
+        self.fd = fd
+        self.size = size
+        self._block_index = -1
+        self._block = b""
+
+    def __len__(self) -> int:
+        return self.size
+
+    def _pread(self, n: int, offset: int) -> bytes:
+        parts = []
+        while n > 0:
+            got = os.pread(self.fd, n, offset)
+            if not got:
+                break
+            parts.append(got)
+            n -= len(got)
+            offset += len(got)
+        return b"".join(parts) if len(parts) != 1 else parts[0]
+
+    def __getitem__(self, key):
+        if isinstance(key, slice):
+            start, stop, step = key.indices(self.size)
+            if step != 1:
+                raise ValueError("FileBytes slices take no step")
+            if stop <= start:
+                return b""
+            bi = start // self.BLOCK
+            if stop > (bi + 1) * self.BLOCK:
+                return self._pread(stop - start, start)
+            off = start - bi * self.BLOCK
+            return self._load(bi)[off:off + stop - start]
+        if key < 0:
+            key += self.size
+        if not 0 <= key < self.size:
+            raise IndexError("FileBytes index out of range")
+        bi = key // self.BLOCK
+        return self._load(bi)[key - bi * self.BLOCK]
+
+    def _load(self, bi: int) -> bytes:
+        if bi != self._block_index:
+            self._block = self._pread(min(self.BLOCK, self.size - bi * self.BLOCK), bi * self.BLOCK)
+            self._block_index = bi
+        return self._block
 
 
 def _encode_varint(value: int) -> bytes:
@@ -162,7 +219,7 @@ def _strip(buf, start: int, end: int, kind: str, stats: Stats, depth: int = 1) -
 def strip_model(buf) -> tuple[bytes, Stats]:
     """Return the ``ModelProto`` bytes in *buf* with large tensor payloads removed.
 
-    :param buf: a bytes-like object (``mmap`` or ``memoryview``) holding a serialized model.
+    :param buf: the serialized model: :class:`FileBytes`, ``bytes``, ``mmap`` or ``memoryview``.
     :raises WireError: the bytes are not a protobuf ``ModelProto`` or are cut short.
     """
     end = len(buf)

@@ -1,7 +1,10 @@
-"""Erf and the GELU family (com.microsoft FastGelu, BiasGelu, Gelu) as elementwise arithmetic."""
+"""Erf, the GELU family (com.microsoft FastGelu, BiasGelu, Gelu) and the hard activations
+(HardSigmoid; HardSwish's ONNX body is x * HardSigmoid(x)) as elementwise arithmetic."""
 from __future__ import annotations
 
 import math
+
+import numpy as np
 
 from ._base import FLOATS, Builder, Decline, Rule, attr, float_only, only_attrs
 
@@ -106,7 +109,29 @@ def _ms_gelu(b: Builder, node) -> None:
     gelu_erf(b, node.input[0], node.output[0])
 
 
+def _hard_sigmoid(b: Builder, x: str, alpha: float, beta: float, out: str) -> None:
+    """Clip(alpha x + beta, 0, 1): ONNX's body computes max(0, min(1, alpha x + beta)), the same
+    values (NaN and ±inf included); one Clip where the body has a Min and a Max, which onnxruntime
+    runs faster (MobileNetV3-small: 1.20x the original against 1.31x with the body)."""
+    v = b.op("Add", b.op("Mul", x, b.const(alpha, like=x)), b.const(beta, like=x))
+    if b.opset < 11:  # Clip-6: bounds are attributes
+        b.op("Clip", v, outputs=[out], min=0.0, max=1.0)
+    else:
+        b.op("Clip", v, b.const(0.0, like=x), b.const(1.0, like=x), outputs=[out])
+
+
+def _hardsigmoid(b: Builder, node) -> None:
+    only_attrs(node, "hardsigmoid.clip", {"alpha": None, "beta": None})
+    float_only(b, node.input[0], "hardsigmoid.clip")
+    # attributes are float32, as the body's constants: 0.2 is float32(0.2) for a double input too
+    alpha, beta = (float(np.float32(attr(node, k, d))) for k, d in (("alpha", 0.2), ("beta", 0.5)))
+    _hard_sigmoid(b, node.input[0], alpha, beta, node.output[0])
+
+
 RULES = (
+    Rule("hardsigmoid.clip", "HardSigmoid", _hardsigmoid, since=6, dtypes=FLOATS,
+         note="Clip(alpha x + beta, 0, 1): the values of ONNX's body (NaN and ±inf included) with one Clip "
+              "for its Min and Max"),
     Rule("erf.series-as7126", "Erf", _erf_where, since=9, dtypes=FLOATS,
          note="Maclaurin series (7 terms) for |x| < 0.5, Abramowitz-Stegun 7.1.26 elsewhere; "
               "abs. error <= 1.5e-7 plus float rounding, relative error small near 0", quality=1),

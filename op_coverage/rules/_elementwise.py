@@ -1,4 +1,4 @@
-"""Small elementwise ops (Reciprocal, Neg, Not, Sign, Mod, Where) from arithmetic and comparisons."""
+"""Small elementwise ops (Reciprocal, Neg, Not, Sign, Abs, Ceil, Mod, Where) from arithmetic and comparisons."""
 from __future__ import annotations
 
 import numpy as np
@@ -41,6 +41,25 @@ def _sign(b: Builder, node) -> None:
     pos = b.op("Cast", b.op("Greater", x, zero), to=to)
     neg = b.op("Cast", b.op("Less", x, zero), to=to)
     b.op("Sub", pos, neg, outputs=[node.output[0]])
+
+
+def _abs_max(b: Builder, node) -> None:
+    x = node.input[0]
+    d = b.dtype(x)
+    if d is None:
+        raise Decline("abs.max: input dtype unknown")
+    if d.startswith("uint"):
+        b.op("Identity", x, outputs=[node.output[0]])
+    elif d in FLOATS:  # Max(-0, +0) may be -0; adding +0 makes it +0 (and changes nothing else)
+        b.op("Add", b.op("Max", x, b.op("Neg", x)), b.const(0, d), outputs=[node.output[0]])
+    else:
+        b.op("Max", x, b.op("Neg", x), outputs=[node.output[0]])
+
+
+def _ceil_floor(b: Builder, node) -> None:
+    x = node.input[0]
+    m1 = b.const(-1, like=x)  # Mul by -1, not Neg: its rules may turn -0 into +0, and Ceil(-0.5) is -0
+    b.op("Mul", b.op("Floor", b.op("Mul", x, m1)), m1, outputs=[node.output[0]])
 
 
 def _trunc(b: Builder, y: str) -> str:
@@ -145,6 +164,10 @@ RULES = (
     Rule("neg.mul", "Neg", _neg_mul, since=6, dtypes=SIGNED, note="x * -1; exact"),
     Rule("not.xor", "Not", _not_xor, since=1, note="Xor(x, true)"),
     Rule("not.equal", "Not", _not_equal, since=1, note="Equal(x, false)"),
+    Rule("abs.max", "Abs", _abs_max, since=6, dtypes=NUMERIC,
+         note="Max(x, -x) (+0 added for floats, so -0 gives +0); unsigned: Identity; exact (NaN too)"),
+    Rule("ceil.floor", "Ceil", _ceil_floor, since=6, dtypes=FLOATS,
+         note="-Floor(-x) with multiplications by -1 (signed zeros kept); exact"),
     Rule("sign.compare", "Sign", _sign, since=9, dtypes=NUMERIC,
          note="Cast(x > 0) - Cast(x < 0); NaN gives 0 instead of NaN", finite_only=True),
     Rule("mod.arith", "Mod", _mod, since=10, dtypes=NUMERIC,

@@ -1,4 +1,5 @@
-"""Indexing ops: GatherElements and ScatterND through flat indices, TopK with k = 1."""
+"""Indexing ops: GatherElements, GatherND, ScatterElements and ScatterND through flat indices;
+TopK; Resize."""
 from __future__ import annotations
 
 import numpy as np
@@ -42,6 +43,66 @@ def _gather_elements(b: Builder, node) -> None:
         rng = b.op("Reshape", rng, b.ints([-1 if k == d else 1 for k in range(r)]))
         flat = b.op("Add", flat, b.op("Mul", rng, b.scalar_int(st[d])))
     b.op("Gather", b.op("Reshape", data, b.ints([-1])), flat, axis=0, outputs=[node.output[0]])
+
+
+def _gather_nd(b: Builder, node) -> None:
+    """Gather on the data reshaped to [batch * prod(indexed dims), slice] with one flat index per
+    index tuple: sum(index_k * stride_k), negative indices wrapped, batch offsets added."""
+    rule = "gathernd.gather"
+    only_attrs(node, rule, {"batch_dims": None})
+    data, ind = node.input
+    shape = _static_shape(b, data, rule)
+    ishape = _static_shape(b, ind, rule)
+    bd, q = attr(node, "batch_dims", 0), ishape[-1]
+    if bd + q > len(shape) or ishape[:bd] != shape[:bd]:
+        raise Decline(f"{rule}: batch_dims {bd} and index length {q} do not fit data {shape} / indices {ishape}")
+    lead, rest = shape[bd:bd + q], shape[bd + q:]
+    nb, nl = int(np.prod(shape[:bd], dtype=np.int64)), int(np.prod(lead, dtype=np.int64))
+    ns = int(np.prod(rest, dtype=np.int64))
+    flat_data = b.op("Reshape", data, b.ints([nb * nl, ns]))
+    idx = _wrap_negative(b, b.op("Cast", ind, to=dtype_enum("int64")), b.ints(lead))
+    flat = reduce(b, "ReduceSum", b.op("Mul", idx, b.ints(_strides(lead))), [len(ishape) - 1], keepdims=0)
+    if bd:
+        offsets = np.arange(nb, dtype=np.int64).reshape(shape[:bd] + [1] * (len(ishape) - 1 - bd)) * nl
+        flat = b.op("Add", flat, b.const(offsets, "int64"))
+    got = b.op("Gather", flat_data, flat, axis=0)  # indices.shape[:-1] + [slice]
+    b.op("Reshape", got, b.ints(ishape[:-1] + rest), outputs=[node.output[0]])
+
+
+def _scatter_elements_positions(b: Builder, node, rule: str):
+    """For ScatterElements: the flat position in the data of every update element ([K]), the updates
+    flattened ([K]), the data shape and K."""
+    data, ind, upd = node.input
+    shape = _static_shape(b, data, rule)
+    ishape = _static_shape(b, ind, rule)
+    r = len(shape)
+    if len(ishape) != r:
+        raise Decline(f"{rule}: indices rank differs from data rank")
+    axis = attr(node, "axis", 0) % r
+    st = _strides(shape)
+    idx = _wrap_negative(b, b.op("Cast", ind, to=dtype_enum("int64")), b.scalar_int(shape[axis]))
+    flat = b.op("Mul", idx, b.scalar_int(st[axis]))
+    for d in range(r):
+        if d != axis and ishape[d] > 1:
+            grid = np.arange(ishape[d], dtype=np.int64).reshape([-1 if k == d else 1 for k in range(r)]) * st[d]
+            flat = b.op("Add", flat, b.const(grid, "int64"))
+    k = int(np.prod(ishape, dtype=np.int64))
+    return shape, b.op("Reshape", flat, b.ints([k])), b.op("Reshape", upd, b.ints([k])), k
+
+
+def _scatter_elements_nd(b: Builder, node) -> None:
+    rule = "scatterelements.scatternd"
+    only_attrs(node, rule, {"axis": None, "reduction": None})
+    red = attr(node, "reduction", b"none")
+    red = red.decode() if isinstance(red, bytes) else red
+    need = {"none": 11, "add": 16, "mul": 16, "max": 18, "min": 18}.get(red)
+    if need is None or b.opset < need:
+        raise Decline(f"{rule}: reduction={red!r} needs ScatterND of opset {need or '?'}")
+    shape, pos, upd, k = _scatter_elements_positions(b, node, rule)
+    flat = b.op("Reshape", node.input[0], b.ints([-1]))
+    out = b.op("ScatterND", flat, b.op("Reshape", pos, b.ints([k, 1])), upd,
+               reduction=None if red == "none" else red)
+    b.op("Reshape", out, b.ints(shape), outputs=[node.output[0]])
 
 
 def _scatter_flat_positions(b: Builder, node, rule: str, reductions: bool = False):
@@ -262,6 +323,12 @@ def _resize_matmul(b: Builder, node) -> None:
 RULES = (
     Rule("gatherelements.gather", "GatherElements", _gather_elements, since=11,
          note="Gather on the flattened data with flat indices built from Range per axis; static data shape"),
+    Rule("gathernd.gather", "GatherND", _gather_nd, since=11,
+         note="Gather on the data reshaped to [batch * indexed, slice] with flat indices (index tuple . strides, "
+              "negative indices wrapped, batch_dims offsets); static shapes; exact"),
+    Rule("scatterelements.scatternd", "ScatterElements", _scatter_elements_nd, since=11,
+         note="ScatterND on the flattened data with one flat position per update element (reductions too, from "
+              "opset 16/18); static shapes; exact"),
     Rule("scatternd.scatterelements", "ScatterND", _scatternd_elements, since=11,
          note="ScatterElements on the flattened data (reductions too, from opset 16/18); static shapes"),
     Rule("scatternd.onehot-matmul", "ScatterND", _scatternd_onehot, since=11,

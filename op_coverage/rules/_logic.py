@@ -1,10 +1,13 @@
-"""Boolean logic and NaN/inf tests from casts, integer arithmetic and comparisons (And, Or, Xor, IsNaN, IsInf).
+"""Boolean logic, comparisons and NaN/inf tests from casts, integer arithmetic and other
+comparisons (And, Or, Xor, IsNaN, IsInf, Less, Greater, LessOrEqual, GreaterOrEqual, Cast to or
+from bool).
 
-No Where: onnxruntime's CPU provider has no bool Where, so such a rule could not be verified here.
+No Where with bool branches: onnxruntime's CPU provider has none, so such a rule could not be
+verified here (a bool condition choosing numeric branches is fine).
 """
 from __future__ import annotations
 
-from ._base import FLOATS, Builder, Rule, attr, dtype_enum, only_attrs
+from ._base import FLOATS, INTS, Builder, Decline, Rule, _dtype_name, attr, dtype_enum, only_attrs
 
 
 def _count_true(b: Builder, node) -> str:
@@ -48,12 +51,59 @@ def _isinf_abs(b: Builder, node) -> None:
         b.op("Greater", x, b.const(float("inf"), like=x), outputs=[node.output[0]])
 
 
+def _swap(op: str):
+    """Less(a, b) is Greater(b, a) and the other way round (NaN compares false both ways)."""
+    def build(b: Builder, node) -> None:
+        a, c = node.input
+        b.op(op, c, a, outputs=[node.output[0]])
+    return build
+
+
+def _not_of(op: str):
+    """a <= b as Not(a > b), a >= b as Not(a < b): integers only, a NaN would compare true."""
+    def build(b: Builder, node) -> None:
+        b.op("Not", b.op(op, *node.input), outputs=[node.output[0]])
+    return build
+
+
+def _cast_bool(b: Builder, node) -> None:
+    rule = "cast.bool"
+    only_attrs(node, rule, {"to": None, "saturate": None})
+    x = node.input[0]
+    src, to = b.dtype(x), attr(node, "to")
+    if src is None:
+        raise Decline(f"{rule}: input dtype unknown")
+    if src == "bool" and to == dtype_enum("bool"):
+        b.op("Identity", x, outputs=[node.output[0]])
+    elif src == "bool":
+        d = _dtype_name(to)
+        if d == "string":
+            raise Decline(f"{rule}: bool to string is not numeric")
+        b.op("Where", x, b.const(1, d), b.const(0, d), outputs=[node.output[0]])
+    elif to == dtype_enum("bool"):
+        if src == "string":
+            raise Decline(f"{rule}: string to bool is not numeric")
+        # nonzero is true; NaN is nonzero (NaN == 0 is false)
+        b.op("Not", b.op("Equal", x, b.const(0, src)), outputs=[node.output[0]])
+    else:
+        raise Decline(f"{rule}: handles casts to or from bool only ({src} to a non-bool type)")
+
+
 RULES = (
     Rule("and.arith", "And", _and_arith, since=7, note="Cast(a) + Cast(b) == 2 in int32 (opset 7, before Where); exact"),
     Rule("or.arith", "Or", _or_arith, since=7, note="(Cast(a) + Cast(b) == 0) == false in int32; exact"),
     Rule("xor.equal", "Xor", _xor_equal, since=7, note="Equal(Equal(a, b), false); exact"),
     Rule("isnan.equal", "IsNaN", _isnan_equal, since=9, dtypes=FLOATS,
          note="Equal(Equal(x, x), false): only NaN differs from itself; exact"),
+    Rule("less.greater", "Less", _swap("Greater"), since=7, note="Greater(b, a); exact (NaN too)"),
+    Rule("greater.less", "Greater", _swap("Less"), since=7, note="Less(b, a); exact (NaN too)"),
+    Rule("lessorequal.not-greater", "LessOrEqual", _not_of("Greater"), since=12, dtypes=INTS,
+         note="Not(Greater(a, b)) for integers (ONNX's body, Less or Equal, covers floats, where NaN <= x is "
+              "false); exact"),
+    Rule("greaterorequal.not-less", "GreaterOrEqual", _not_of("Less"), since=12, dtypes=INTS,
+         note="Not(Less(a, b)) for integers; exact"),
+    Rule("cast.bool", "Cast", _cast_bool, since=6,
+         note="bool to a number: Where(x, 1, 0); a number to bool: Not(Equal(x, 0)) (NaN is true, as Cast); exact"),
     Rule("isinf.compare", "IsInf", _isinf_abs, since=10, dtypes=FLOATS,
          note="Abs(x) == inf (or x == +inf / x == -inf per detect_*); exact"),
 )

@@ -1,7 +1,8 @@
-"""Layout ops: Flatten, Expand, DepthToSpace/SpaceToDepth, Trilu, OneHot."""
+"""Layout ops: Flatten, Expand, DepthToSpace/SpaceToDepth, Trilu, OneHot; Shape and Range."""
 from __future__ import annotations
 
 import numpy as np
+from onnx import helper
 
 from ._base import NUMERIC, Builder, Decline, Rule, attr, dim, dtype_enum, need_rank, only_attrs, unsqueeze
 
@@ -129,7 +130,11 @@ def _onehot(where: bool):
         # negative indices count from the end: idx + depth * (idx < 0)
         idx = b.op("Add", idx, b.op("Mul", d, b.op("Cast", b.op("Less", idx, b.scalar_int(0)),
                                                    to=dtype_enum("int64"))))
-        rng = b.op("Range", b.scalar_int(0), d, b.scalar_int(1))
+        dv = b.const_value(depth)
+        if dv is not None:  # the usual case (num_classes): the positions are a constant, no Range
+            rng = b.ints(list(range(int(np.asarray(dv).reshape(-1)[0]))))
+        else:
+            rng = b.op("Range", b.scalar_int(0), d, b.scalar_int(1))
         trailing = r - axis  # dims of the output after the one-hot axis
         if trailing:
             rng = unsqueeze(b, rng, list(range(1, trailing + 1)))
@@ -144,7 +149,98 @@ def _onehot(where: bool):
     return build
 
 
+#: the types a data-movement op is widened to int32 from: every value fits, so the round trip is exact
+_NARROW = {"bool", "int8", "uint8", "int16", "uint16"}
+
+
+def _slice_widen(b: Builder, node) -> None:
+    """Slice of a narrow type (NMS masks are bool) as Cast to int32, Slice, Cast back."""
+    rule = "slice.widen"
+    d = b.dtype(node.input[0])
+    if d not in _NARROW:
+        raise Decline(f"{rule}: handles {', '.join(sorted(_NARROW))} data (a Cast to int32 and back is exact), "
+                      f"not {d or 'an unknown type'}")
+    wide = b.op("Cast", node.input[0], to=dtype_enum("int32"))
+    part = b.op("Slice", wide, *node.input[1:], **{a.name: helper.get_attribute_value(a) for a in node.attribute})
+    b.op("Cast", part, to=dtype_enum(d), outputs=[node.output[0]])
+
+
+def _shape_constant(b: Builder, node) -> None:
+    rule = "shape.constant"
+    only_attrs(node, rule, {"start": None, "end": None})
+    shape = b.shape(node.input[0])
+    if shape is None or not all(isinstance(v, int) and v >= 0 for v in shape):
+        raise Decline(f"{rule}: the shape of {node.input[0]!r} is not static ({shape})")
+    r = len(shape)
+    start, end = attr(node, "start", 0), attr(node, "end", r)
+    start, end = (min(max(v + r if v < 0 else v, 0), r) for v in (start, end))
+    b.op("Identity", b.ints(shape[start:end]), outputs=[node.output[0]])
+
+
+#: Range's element types that CumSum handles too
+_RANGE_TYPES = {"float", "double", "int32", "int64"}
+
+
+def range_values(start, limit, delta, dtype: str) -> np.ndarray:
+    """Range as onnxruntime computes it: n = ceil((limit - start) / delta) in double, each element
+    the previous one plus delta in the element type (not start + i * delta: float results differ)."""
+    t = helper.tensor_dtype_to_np_dtype(dtype_enum(dtype))
+    start, limit, delta = (np.asarray(v).astype(t).reshape(()) for v in (start, limit, delta))
+    n = max(int(np.ceil(float(limit - start) / float(delta))), 0)
+    steps = np.full(n, delta, t)
+    if n:
+        steps[0] = start
+    return np.cumsum(steps, dtype=t)
+
+
+def _range_constant(b: Builder, node) -> None:
+    rule = "range.constant"
+    vals = [b.const_value(x) for x in node.input]
+    d = b.dtype(node.input[0])
+    if any(v is None for v in vals) or d is None:
+        raise Decline(f"{rule}: start, limit and delta must be constants (range.cumsum handles run-time values)")
+    if float(np.asarray(vals[2], np.float64)) == 0:
+        raise Decline(f"{rule}: delta is 0")
+    n = np.ceil((float(np.asarray(vals[1], np.float64)) - float(np.asarray(vals[0], np.float64)))
+                / float(np.asarray(vals[2], np.float64)))
+    if n > 1 << 20:
+        raise Decline(f"{rule}: {int(n)} elements is too many for a constant")
+    b.op("Identity", b.const(range_values(*vals, d), d), outputs=[node.output[0]])
+
+
+def _range_cumsum(b: Builder, node) -> None:
+    """n = max(ceil((limit - start) / delta), 0) in double; CumSum of [start, delta, delta, ...] sliced to
+    n elements: the running sum onnxruntime's kernel computes, element for element."""
+    rule = "range.cumsum"
+    s, lim, delta = node.input
+    d = b.dtype(s)
+    if d not in _RANGE_TYPES:
+        raise Decline(f"{rule}: dtype {d or 'unknown'} not handled ({', '.join(sorted(_RANGE_TYPES))}: CumSum's types)")
+    f64, i64 = dtype_enum("double"), dtype_enum("int64")
+    diff = b.op("Sub", lim, s)
+    if d != "double":
+        diff, step = b.op("Cast", diff, to=f64), b.op("Cast", delta, to=f64)
+    else:
+        step = delta
+    n = b.op("Max", b.op("Cast", b.op("Ceil", b.op("Div", diff, step)), to=i64), b.scalar_int(0))
+    rest = b.op("Max", b.op("Sub", n, b.scalar_int(1)), b.scalar_int(0))
+    steps = b.op("Expand", b.op("Reshape", delta, b.ints([1])), b.op("Reshape", rest, b.ints([1])))
+    seq = b.op("Concat", b.op("Reshape", s, b.ints([1])), steps, axis=0)
+    acc = b.op("CumSum", seq, b.scalar_int(0))
+    b.op("Slice", acc, b.ints([0]), b.op("Reshape", n, b.ints([1])), b.ints([0]), outputs=[node.output[0]])
+
+
 RULES = (
+    Rule("slice.widen", "Slice", _slice_widen, since=1,
+         note="bool and 8/16-bit data: Cast to int32, Slice, Cast back; exact"),
+    Rule("shape.constant", "Shape", _shape_constant, since=1,
+         note="a static shape (start/end applied) as a constant; exact"),
+    Rule("range.constant", "Range", _range_constant, since=11,
+         note="constant start, limit and delta: the values as onnxruntime computes them (a running sum), as a "
+              "constant; exact"),
+    Rule("range.cumsum", "Range", _range_cumsum, since=11, dtypes=frozenset(_RANGE_TYPES),
+         note="n = ceil((limit - start) / delta) in double, CumSum of [start, delta, ...] sliced to n: the running "
+              "sum onnxruntime computes (float Range is not start + i*delta there); exact"),
     Rule("flatten.reshape", "Flatten", _flatten, since=1, note="Reshape to [prod(dims[:axis]), prod(dims[axis:])]"),
     Rule("expand.mul", "Expand", _expand, since=8, note="x * ConstantOfShape(shape, 1) (Or with false for bool)"),
     Rule("depthtospace.reshape", "DepthToSpace", _depth_space(True), since=1,

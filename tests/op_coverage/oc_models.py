@@ -66,14 +66,27 @@ def with_external(tmp: Path, *, location="weights.bin", dims=(64, 64), write_dat
     return path
 
 
-def embedded(tmp: Path, mbytes: int, name="big.onnx") -> Path:
-    """A model whose weights (``mbytes`` MiB of float32) are embedded in the .onnx file."""
-    n = mbytes * 1024 * 1024 // 4
-    rows = n // 1024
-    w = numpy_helper.from_array(np.ones((rows, 1024), np.float32), "W")
-    b = numpy_helper.from_array(np.zeros((1024,), np.float32), "B")
-    g = helper.make_graph([N("Gemm", ["x", "W", "B"], ["y"], transB=1, name="fc")], "big",
-                          [vi("x", F, [1, 1024])], [vi("y", F, [1, rows])], [w, b])
+def embedded(tmp: Path, mbytes: int, name="big.onnx", tensors: int = 1) -> Path:
+    """A model whose weights (``mbytes`` MiB of float32) are embedded in the .onnx file.
+
+    ``tensors=1``: one Gemm with one large weight.  ``tensors=k``: a chain of ``k`` MatMuls,
+    each with a square weight of ``mbytes / k`` MiB (the shape of a real network: many weight
+    headers spread through the file).
+    """
+    if tensors == 1:
+        n = mbytes * 1024 * 1024 // 4
+        rows = n // 1024
+        w = numpy_helper.from_array(np.ones((rows, 1024), np.float32), "W")
+        b = numpy_helper.from_array(np.zeros((1024,), np.float32), "B")
+        g = helper.make_graph([N("Gemm", ["x", "W", "B"], ["y"], transB=1, name="fc")], "big",
+                              [vi("x", F, [1, 1024])], [vi("y", F, [1, rows])], [w, b])
+    else:
+        side = int((mbytes * 1024 * 1024 // 4 // tensors) ** 0.5)
+        weight = np.ones((side, side), np.float32).tobytes()
+        inits = [helper.make_tensor(f"W{i}", F, [side, side], weight, raw=True) for i in range(tensors)]
+        nodes = [N("MatMul", ["x" if i == 0 else f"h{i}", f"W{i}"], [f"h{i + 1}" if i < tensors - 1 else "y"],
+                   name=f"mm{i}") for i in range(tensors)]
+        g = helper.make_graph(nodes, "big", [vi("x", F, [1, side])], [vi("y", F, [1, side])], inits)
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     path = tmp / name
     with open(path, "wb") as fh:

@@ -106,6 +106,23 @@ CASES = {
                                 "ReduceSumSquare", "reducesumsquare.compose", 13),
     "expand": ("g (float[3,1] x) => (float[2,3,4] y) { s = Constant <value = int64[3] {2, 3, 4}> () "
                "y = Expand(x, s) }", "Expand", "expand.mul"),
+    # ONNX ships no Cast test with bool
+    "cast-float-to-bool": ("g (float[6] x) => (bool[18] y) { z = Sub(x, x) n = Div(z, z) "
+                           "c = Concat <axis=0> (x, z, n) y = Cast <to=9> (c) }", "Cast", "cast.bool"),
+    "cast-bool-to-int64": ("g (float[6] x) => (int64[6] y) { z = Constant <value = float {0.0}> () "
+                           "c = Greater(x, z) y = Cast <to=7> (c) }", "Cast", "cast.bool"),
+    "cast-bool-to-float16": ("g (bool[2,3] c) => (float16[2,3] y) { y = Cast <to=10> (c) }", "Cast", "cast.bool"),
+    "reducemean-opset18": ("g (float[2,3,8] x) => (float[2,3,1] y) { a = Constant <value = int64[1] {-1}> () "
+                           "y = ReduceMean(x, a) }", "ReduceMean", "reducemean.reducesum", 18),
+    "range-constant": ("g (float[1] x) => (float[7] y) { s = Constant <value = float {0.3}> () "
+                       "l = Constant <value = float {1.0}> () d = Constant <value = float {0.1}> () "
+                       "r = Range(s, l, d) y = Add(r, x) }", "Range", "range.constant"),
+    "scatterelements-without-any-scatter": (
+        "g (float[3,4] x, float[3,2] u) => (float[3,4] y) { i = Constant <value = int64[3,2] {3, 0, -1, 1, 2, 0}> () "
+        "y = ScatterElements <axis=1> (x, i, u) }", "ScatterElements,ScatterND", "scatterelements.scatternd"),
+    "range-without-loop": ("g (float s, float e) => (float[N] y) { ten = Constant <value = float {10.0}> () "
+                           "half = Constant <value = float {0.5}> () l = Add(s, ten) a = Abs(e) d = Add(a, half) "
+                           "y = Range(s, l, d) }", "Range,Loop", "range.cumsum"),
 }
 
 
@@ -145,7 +162,7 @@ def test_rule_replaces_op_and_keeps_outputs(case):
 def test_erf_error_bound_holds_on_a_dense_grid(variant):
     """The stated bound (|error| <= 1.5e-7 + float32 rounding) holds on [-6, 6] and near 0."""
     m = model(H + "g (float[N] x) => (float[N] y) { y = Erf(x) }")
-    remove = "Erf" if variant == "series" else "Erf,Less"  # no Less: no way to pick a branch
+    remove = "Erf" if variant == "series" else "Erf,Less,Greater"  # no Less (nor Greater for it): no way to pick a branch
     x = np.concatenate([np.linspace(-6, 6, 20001), np.geomspace(1e-8, 1e-2, 200)]).astype(np.float32)
     res, _ = rewrite_and_compare(m, remove, {"x": x})
     from rw_helpers import run
@@ -249,3 +266,51 @@ def test_data_dependent_ops_say_host_fallback_instead_of_no_rule(text, op):
     why = res.blocked[op]["reasons"][0]
     assert "output shape depends on the input values" in why and "host" in why, why
     assert "no function body and no rule" not in why
+
+
+#: slice.widen needs a target whose Slice lacks only some types: musa's has float, float16, int32, int64
+NARROW_SLICES = {
+    "slice-bool-negative-step": ("g (float[4,6] x) => (bool[2,3] y) { z = Constant <value = float {0.0}> () "
+                                 "c = Greater(x, z) s = Constant <value = int64[2] {3, 0}> () "
+                                 "e = Constant <value = int64[2] {0, 6}> () a = Constant <value = int64[2] {0, 1}> () "
+                                 "t = Constant <value = int64[2] {-2, 2}> () y = Slice(c, s, e, a, t) }",
+                                 "slice.widen"),
+    "slice-int8": ("g (float[4,6] x) => (int8[4,2] y) { q = Cast <to=3> (x) s = Constant <value = int64[1] {1}> () "
+                   "e = Constant <value = int64[1] {-3}> () a = Constant <value = int64[1] {-1}> () "
+                   "y = Slice(q, s, e, a) }", "slice.widen"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(NARROW_SLICES))
+def test_narrow_slices_widen_to_int32_on_a_target_without_them(case):
+    text, rule = NARROW_SLICES[case]
+    m = _fix_order(__import__("onnx").parser.parse_model(H + text))
+    res, checks = rewrite_and_compare(m, "", generate_inputs(m, seed=1), base="musa")
+    assert res.plans["Slice"]["via"] == [rule]
+    assert all(c.ok for c in checks), [c.to_dict() for c in checks]
+    from rw_helpers import run
+    np.testing.assert_array_equal(run(res.model, generate_inputs(m, seed=1))[0], run(m, generate_inputs(m, seed=1))[0])
+
+
+EDGES = np.array([[np.nan, -np.inf, np.inf, -0.0, 0.0, -0.5, 0.5, -2.5, 3.0, 3.0, 1e30, -1e-30]], np.float32)
+SPECIAL = {  # op text, ops removed: compared with onnxruntime's own kernel on NaN, ±inf, ±0 and ties
+    "abs": ("y = Abs(x)", "Abs"),
+    "ceil": ("y = Ceil(x)", "Ceil"),
+    "less": ("z = Constant <value = float {0.5}> () c = Less(x, z) y = Cast <to=1> (c)", "Less"),
+    "greater": ("z = Constant <value = float {-0.0}> () c = Greater(x, z) y = Cast <to=1> (c)", "Greater"),
+    "argmax-first": ("i = ArgMax <axis=1> (x) y = Cast <to=1> (i)", "ArgMax"),
+    "argmax-last": ("i = ArgMax <axis=1, select_last_index=1> (x) y = Cast <to=1> (i)", "ArgMax"),
+    "argmin-finite": ("f = Slice(x, s, e) i = ArgMin <axis=1> (f) y = Cast <to=1> (i) "
+                      "s = Constant <value = int64[1] {3}> () e = Constant <value = int64[1] {12}> ()", "ArgMin"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(SPECIAL))
+def test_rules_agree_with_onnxruntime_on_nan_inf_and_signed_zero(case):
+    body, remove = SPECIAL[case]
+    m = _fix_order(__import__("onnx").parser.parse_model(H + "g (float[1,12] x) => (float[A,B] y) { " + body + " }"))
+    res, _ = rewrite_and_compare(m, remove, {"x": EDGES})
+    from rw_helpers import run
+    want, got = run(m, {"x": EDGES})[0], run(res.model, {"x": EDGES})[0]
+    np.testing.assert_array_equal(got, want)
+    assert np.array_equal(np.signbit(got), np.signbit(want)), (got, want)
