@@ -95,8 +95,9 @@ def scan_model(loaded: LoadedModel, profiles: list[SupportProfile]) -> ModelRepo
             s.nodes_by_status[v.status] += 1
         summaries.append(s)
 
-    from .plan import fill_replacements
-    fill_replacements(loaded.model, rows, profiles)
+    if any(v.get("status") not in (None, "native") for r in rows.values() for v in r.support.values()):
+        from .plan import fill_replacements  # the planner (rules, onnx.helper, numpy) only when needed
+        fill_replacements(loaded.model, rows, profiles)
 
     def badness(r: OpRow):
         return (-max((RANK[v["status"]] for v in r.support.values()), default=0), -r.count, r.label)
