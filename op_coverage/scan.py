@@ -22,9 +22,23 @@ def _progress(iterable, total: int, desc: str, enabled: bool | None):
 
 def _judge_all(inv: Inventory, profile: SupportProfile) -> list[Verdict]:
     verdicts: list[Verdict | None] = [None] * len(inv.nodes)
+    # nodes that differ only by name and wiring get the same verdict (a chain of 256 MatMuls is
+    # judged once); not for nodes with attributes (a function body may depend on them), nor for a
+    # profile that prepares per model (ort-live looks attributes up by node name)
+    same: dict | None = None if hasattr(profile, "prepare") else {}
     for i, n in enumerate(inv.nodes):
         if n.function is None:
+            key = None
+            if same is not None and not n.attributes:
+                key = (n.domain, n.op_type, n.opset, n.version, tuple(n.input_dtypes),
+                       tuple(None if s is None else tuple(s) for s in n.input_shapes),
+                       tuple(n.typed_inputs or ()), tuple(sorted((n.opsets or {}).items())))
+                if key in same:
+                    verdicts[i] = same[key]
+                    continue
             verdicts[i] = profile.judge(n)
+            if key is not None:
+                same[key] = verdicts[i]
     # a call of a model-local function is as good as the worst node of its body
     memo: dict[str, Verdict] = {}
 
