@@ -24,8 +24,6 @@ from functools import lru_cache
 import numpy as np
 import onnx
 
-from .expand import has_body
-from .rules import rules_for
 
 
 #: numpy dtypes onnxruntime's Python API takes and returns (no bfloat16, float8, int4 ... arrays)
@@ -61,6 +59,8 @@ def case_op(case) -> tuple[str, str] | None:
 
 
 def applicable(domain: str, op: str) -> bool:
+    from .expand import has_body  # here, not at the top: the CLI builds this parser for every scan
+    from .rules import rules_for
     return has_body(domain, op) or bool(rules_for(domain, op))
 
 

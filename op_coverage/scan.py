@@ -22,9 +22,23 @@ def _progress(iterable, total: int, desc: str, enabled: bool | None):
 
 def _judge_all(inv: Inventory, profile: SupportProfile) -> list[Verdict]:
     verdicts: list[Verdict | None] = [None] * len(inv.nodes)
+    # nodes that differ only by name and wiring get the same verdict (a chain of 256 MatMuls is
+    # judged once); not for nodes with attributes (a function body may depend on them), nor for a
+    # profile that prepares per model (ort-live looks attributes up by node name)
+    same: dict | None = None if hasattr(profile, "prepare") else {}
     for i, n in enumerate(inv.nodes):
         if n.function is None:
+            key = None
+            if same is not None and not n.attributes:
+                key = (n.domain, n.op_type, n.opset, n.version, tuple(n.input_dtypes),
+                       tuple(None if s is None else tuple(s) for s in n.input_shapes),
+                       tuple(n.typed_inputs or ()), tuple(sorted((n.opsets or {}).items())))
+                if key in same:
+                    verdicts[i] = same[key]
+                    continue
             verdicts[i] = profile.judge(n)
+            if key is not None:
+                same[key] = verdicts[i]
     # a call of a model-local function is as good as the worst node of its body
     memo: dict[str, Verdict] = {}
 
@@ -95,8 +109,9 @@ def scan_model(loaded: LoadedModel, profiles: list[SupportProfile]) -> ModelRepo
             s.nodes_by_status[v.status] += 1
         summaries.append(s)
 
-    from .plan import fill_replacements
-    fill_replacements(loaded.model, rows, profiles)
+    if any(v.get("status") not in (None, "native") for r in rows.values() for v in r.support.values()):
+        from .plan import fill_replacements  # the planner (rules, onnx.helper, numpy) only when needed
+        fill_replacements(loaded.model, rows, profiles)
 
     def badness(r: OpRow):
         return (-max((RANK[v["status"]] for v in r.support.values()), default=0), -r.count, r.label)

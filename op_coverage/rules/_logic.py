@@ -59,6 +59,58 @@ def _swap(op: str):
     return build
 
 
+def _isnan_not_equal(b: Builder, node) -> None:
+    x = node.input[0]
+    b.op("Not", b.op("Equal", x, x), outputs=[node.output[0]])
+
+
+def _dtype_of_pair(b: Builder, node, rule: str) -> str:
+    dts = {b.dtype(x) for x in node.input[:2]} - {None}
+    if len(dts) != 1:
+        raise Decline(f"{rule}: input dtype unknown")
+    return next(iter(dts))
+
+
+def _less_min(swap: bool):
+    """Integers: a < b is Not(Min(a, b) == b) (Min(a, b) == b exactly when b <= a); no
+    arithmetic, so no overflow.  Greater(a, b) is the same with a and b swapped."""
+    def build(b: Builder, node) -> None:
+        rule = "greater.min-equal" if swap else "less.min-equal"
+        if _dtype_of_pair(b, node, rule) not in INTS:
+            raise Decline(f"{rule}: integers only (Min's NaN handling varies between runtimes)")
+        a, c = node.input[1], node.input[0]
+        if not swap:
+            a, c = c, a
+        b.op("Not", b.op("Equal", b.op("Min", a, c), c), outputs=[node.output[0]])
+    return build
+
+
+def _less_sign(swap: bool):
+    """Floats: a < b is Sign(b - a) == 1.  IEEE subtraction with subnormals gives b - a == 0 only
+    when b == a, and never flips the sign; inf - inf and any NaN give NaN, and NaN == 1 is false,
+    as NaN < x is; b - a overflowing to inf keeps the sign."""
+    def build(b: Builder, node) -> None:
+        rule = "greater.sign-sub" if swap else "less.sign-sub"
+        if _dtype_of_pair(b, node, rule) not in FLOATS:
+            raise Decline(f"{rule}: floats only (an integer difference can overflow)")
+        a, c = node.input
+        if swap:
+            a, c = c, a
+        b.op("Equal", b.op("Sign", b.op("Sub", c, a)), b.const(1, like=a), outputs=[node.output[0]])
+    return build
+
+
+def _le_min(swap: bool):
+    """Integers: a <= b is Min(a, b) == a (GreaterOrEqual: Min(a, b) == b)."""
+    def build(b: Builder, node) -> None:
+        rule = "greaterorequal.min-equal" if swap else "lessorequal.min-equal"
+        if _dtype_of_pair(b, node, rule) not in INTS:
+            raise Decline(f"{rule}: integers only (NaN <= x is false, Min's NaN handling varies)")
+        a, c = node.input
+        b.op("Equal", b.op("Min", a, c), c if swap else a, outputs=[node.output[0]])
+    return build
+
+
 def _not_of(op: str):
     """a <= b as Not(a > b), a >= b as Not(a < b): integers only, a NaN would compare true."""
     def build(b: Builder, node) -> None:
@@ -95,6 +147,22 @@ RULES = (
     Rule("xor.equal", "Xor", _xor_equal, since=7, note="Equal(Equal(a, b), false); exact"),
     Rule("isnan.equal", "IsNaN", _isnan_equal, since=9, dtypes=FLOATS,
          note="Equal(Equal(x, x), false): only NaN differs from itself; exact"),
+    Rule("isnan.not-equal", "IsNaN", _isnan_not_equal, since=9, dtypes=FLOATS,
+         note="Not(Equal(x, x)), for targets whose Equal takes no bool; exact"),
+    Rule("less.min-equal", "Less", _less_min(False), since=12, dtypes=INTS,
+         note="Not(Min(a, b) == b) for integers (Min takes integers from opset 12); exact, no arithmetic"),
+    Rule("greater.min-equal", "Greater", _less_min(True), since=12, dtypes=INTS,
+         note="Not(Min(a, b) == a) for integers; exact, no arithmetic"),
+    Rule("less.sign-sub", "Less", _less_sign(False), since=9, dtypes=FLOATS,
+         note="Sign(b - a) == 1 for floats; exact under IEEE arithmetic with subnormals (b - a is 0 only when "
+              "a == b; NaN and inf - inf give NaN, which compares false), not on a target that flushes "
+              "subnormals to zero"),
+    Rule("greater.sign-sub", "Greater", _less_sign(True), since=9, dtypes=FLOATS,
+         note="Sign(a - b) == 1 for floats; exact as less.sign-sub"),
+    Rule("lessorequal.min-equal", "LessOrEqual", _le_min(False), since=12, dtypes=INTS,
+         note="Min(a, b) == a for integers; exact"),
+    Rule("greaterorequal.min-equal", "GreaterOrEqual", _le_min(True), since=12, dtypes=INTS,
+         note="Min(a, b) == b for integers; exact"),
     Rule("less.greater", "Less", _swap("Greater"), since=7, note="Greater(b, a); exact (NaN too)"),
     Rule("greater.less", "Greater", _swap("Less"), since=7, note="Less(b, a); exact (NaN too)"),
     Rule("lessorequal.not-greater", "LessOrEqual", _not_of("Greater"), since=12, dtypes=INTS,

@@ -162,7 +162,8 @@ def test_rule_replaces_op_and_keeps_outputs(case):
 def test_erf_error_bound_holds_on_a_dense_grid(variant):
     """The stated bound (|error| <= 1.5e-7 + float32 rounding) holds on [-6, 6] and near 0."""
     m = model(H + "g (float[N] x) => (float[N] y) { y = Erf(x) }")
-    remove = "Erf" if variant == "series" else "Erf,Less,Greater"  # no Less (nor Greater for it): no way to pick a branch
+    # no Less, Greater, nor Sign (less.sign-sub builds Less from it): no way to pick a branch
+    remove = "Erf" if variant == "series" else "Erf,Less,Greater,Sign"
     x = np.concatenate([np.linspace(-6, 6, 20001), np.geomspace(1e-8, 1e-2, 200)]).astype(np.float32)
     res, _ = rewrite_and_compare(m, remove, {"x": x})
     from rw_helpers import run
@@ -314,3 +315,41 @@ def test_rules_agree_with_onnxruntime_on_nan_inf_and_signed_zero(case):
     want, got = run(m, {"x": EDGES})[0], run(res.model, {"x": EDGES})[0]
     np.testing.assert_array_equal(got, want)
     assert np.array_equal(np.signbit(got), np.signbit(want)), (got, want)
+
+
+#: comparisons on a target that has neither Less nor Greater (nncase): every pair of EDGES / INT_EDGES
+PAIRWISE = {
+    "less-float": ("float", "Less", "Less,Greater", ["less.sign-sub"]),
+    "greater-float": ("float", "Greater", "Less,Greater", ["greater.sign-sub"]),
+    "lessorequal-float": ("float", "LessOrEqual", "LessOrEqual,Less,Greater", ["lessorequal.onnx-function",
+                                                                            "less.sign-sub"]),
+    "less-int64": ("int64", "Less", "Less,Greater", ["less.min-equal"]),
+    "greater-int64": ("int64", "Greater", "Less,Greater", ["greater.min-equal"]),
+    "lessorequal-int64": ("int64", "LessOrEqual", "LessOrEqual,Less,Greater", ["lessorequal.min-equal"]),
+    "greaterorequal-int32": ("int32", "GreaterOrEqual", "GreaterOrEqual,Less,Greater",
+                             ["greaterorequal.min-equal"]),
+}
+INT_EDGES = np.array([[-2**63, -2**63 + 1, -1, 0, 0, 1, 7, 2**62, 2**63 - 1]], np.int64)
+
+
+@pytest.mark.parametrize("case", sorted(PAIRWISE))
+def test_comparisons_without_less_or_greater_are_exact_on_every_pair(case):
+    dt, op, remove, via = PAIRWISE[case]
+    x = EDGES if dt == "float" else INT_EDGES.astype(dt) if dt == "int64" else \
+        np.clip(INT_EDGES, -2**31, 2**31 - 1).astype(np.int32)
+    n = x.shape[1]
+    m = _fix_order(__import__("onnx").parser.parse_model(
+        H + f"g ({dt}[1,{n}] x) => (bool[{n},{n}] y) {{ t = Transpose(x) y = {op}(x, t) }}"))
+    res, _ = rewrite_and_compare(m, remove, {"x": x})
+    assert res.plans[op]["via"] == via
+    from rw_helpers import run
+    np.testing.assert_array_equal(run(res.model, {"x": x})[0], run(m, {"x": x})[0])
+
+
+def test_isnan_on_a_target_whose_equal_takes_no_bool():
+    m = _fix_order(__import__("onnx").parser.parse_model(
+        H + "g (float[1,12] x) => (bool[1,12] y) { y = IsNaN(x) }"))
+    res, _ = rewrite_and_compare(m, "", {"x": EDGES}, base="nncase")
+    assert res.plans["IsNaN"]["via"] == ["isnan.not-equal"]
+    from rw_helpers import run
+    np.testing.assert_array_equal(run(res.model, {"x": EDGES})[0], np.isnan(EDGES))

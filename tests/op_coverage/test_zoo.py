@@ -38,8 +38,11 @@ def test_share_of_occurrences_with_a_verified_replacement(measured):
     rows = [r for n in zoo.names() for r in (measured.get(n) or zoo.measure(n))]
     s = zoo.share(rows)
     print(s)
-    # measured with onnx 1.23.2 / onnxruntime 1.32 / torch 2.13 / transformers 5.24: 522 of 673
-    # static-composition occurrences (77.6%); 101 of the 151 left have shapes that are not static
-    assert s["share_static"] >= 0.75, s
+    # measured with onnx 1.23.2 / onnxruntime 1.32 / torch 2.13 / transformers 5.24: 562 of 673
+    # occurrences of ops with a static composition (83.5%); 101 of the 111 left have shapes that are
+    # not static, 98 of them downstream of a NonZero (the MoE experts' Shape and ScatterElements, the
+    # detector's GatherND): leaving those out too, 562 of 575 (97.7%)
+    assert s["share_static"] >= 0.83, s
+    assert s["share_static_shapes"] >= 0.9, s
     assert s["rewrites"] == s["rewrites_verified"], s["failed"]
     assert s["data_dependent"] > 0  # NonZero of the MoE routers and the detector's boolean indexing

@@ -4,9 +4,13 @@ cache, scanned against every bundled target and rewritten where the scan offers 
 What it measures: of the node occurrences a target does not run natively (*unsupported*,
 or *host-fallback* where its runtime hands them to the CPU), the share that a verified
 rewrite replaces (the rewrite passed onnx.checker, and its outputs matched the original's on
-the model's own example inputs). The shares are given over all of them, over those with a
-static composition (leaving out the ops whose output shape depends on the input values:
-NonZero, NonMaxSuppression, Unique, Compress), and for the unsupported ones alone.
+the model's own example inputs). The shares are given over all of them (``share_all``), over
+those with a static composition (``share_static``: leaving out the ops whose output shape
+depends on the input values: NonZero, NonMaxSuppression, Unique, Compress), over those whose
+shapes are static too (``share_static_shapes``: also leaving out the occurrences a rule declined
+for want of a static shape that lie downstream of such an op, e.g. the Shape and ScatterElements
+of the experts behind a MoE router's NonZero, whose sizes are the number of tokens routed at run
+time), and for the unsupported ones alone.
 
 Cache: ``$HAL_ZOO_CACHE`` (default ``~/.cache/hal/op_coverage-zoo``), one folder per torch and
 transformers version. Run it with ``make zoo``, or ``python tests/op_coverage/zoo.py [names]``
@@ -109,14 +113,18 @@ def measure(name: str, target_names: list[str] | None = None) -> list[dict]:
     for t in target_names or targets():
         profile = ts.get(t)
         report = scan_model(loaded, [profile])
-        unsupported, fallback = Counter(), Counter()
+        unsupported, fallback, downstream = Counter(), Counter(), Counter()
+        below = _downstream_of_data_dependent([n for n, _ in report.nodes], DATA_DEPENDENT)
         for node, verdicts in report.nodes:
             status = verdicts[profile.name].status
             if status != "native":
                 unsupported[_label(node)] += 1
                 if status == "host-fallback":
                     fallback[_label(node)] += 1
+                if id(node) in below:
+                    downstream[_label(node)] += 1
         row = {"model": name, "target": t, "unsupported": dict(unsupported), "host_fallback": dict(fallback),
+               "downstream_of_data_dependent": dict(downstream),
                "replaced": {}, "remaining": {}, "verified": None, "error": None, "seconds": 0.0}
         if unsupported:
             t0 = time.perf_counter()
@@ -140,6 +148,21 @@ def measure(name: str, target_names: list[str] | None = None) -> list[dict]:
         row["data_dependent"] = {k: v for k, v in unsupported.items() if ("ai.onnx", k) in DATA_DEPENDENT}
         rows.append(row)
     return rows
+
+
+def _downstream_of_data_dependent(nodes, data_dependent) -> set:
+    """ids of the nodes that read, directly or through other nodes, an output of a node whose output
+    shape depends on input values (NonZero, ...): their shapes may depend on those values too."""
+    tainted = {o for n in nodes if (n.domain, n.op_type) in data_dependent for o in n.outputs if o}
+    out, changed = set(), True
+    while changed:  # nodes are in graph order, so one pass mostly suffices
+        changed = False
+        for n in nodes:
+            if id(n) not in out and any(i in tainted for i in n.inputs if i):
+                out.add(id(n))
+                tainted.update(o for o in n.outputs if o)
+                changed = True
+    return out
 
 
 def _label(node) -> str:
@@ -167,14 +190,21 @@ def share(rows: list[dict]) -> dict:
     strict_done = sum(min(v - r["host_fallback"].get(k, 0), r["replaced"].get(k, 0))
                       for r in rows if r["verified"] for k, v in r["unsupported"].items())
     left, why = Counter(), Counter()
+    shape_dd = 0  # left unreplaced for want of a static shape, downstream of a data-dependent op
     for r in rows:
         for k, v in r["unsupported"].items():
             got = r["replaced"].get(k, 0) if r["verified"] else 0
             if v - got and k not in r["data_dependent"]:
                 left[k] += v - got
-                why[_reason_class((r.get("blocked") or {}).get(k, [""])[0])] += v - got
+                reason = _reason_class((r.get("blocked") or {}).get(k, [""])[0])
+                why[reason] += v - got
+                if reason.startswith("shape not static"):
+                    shape_dd += min(v - got, r.get("downstream_of_data_dependent", {}).get(k, 0))
+    static_shape = static - shape_dd
     return {"not_native": total, "data_dependent": dd, "replaced_verified": done,
             "share_all": done / total if total else 1.0, "share_static": done / static if static else 1.0,
+            "shape_data_dependent": shape_dd,
+            "share_static_shapes": done / static_shape if static_shape else 1.0,
             "unsupported": strict, "unsupported_replaced_verified": strict_done,
             "share_unsupported": strict_done / strict if strict else 1.0,
             "unreplaced_static_by_op": dict(left.most_common()),
