@@ -15,6 +15,10 @@ step "op_coverage scan: the bundled example model against Ascend, TensorRT, Open
 rc=0
 op_coverage scan -t ascend,tensorrt,openvino,ort-cuda || rc=$?
 echo "(op_coverage exit code $rc: 0 all native, 3 host fallback needed, 4 unsupported operators remain — docs/op_coverage.md)"
+step "op_coverage for a training script: a CUDA-written script traced on the emulator, each aten op judged per vendor"
+rc=0
+op_coverage scan examples/cuda_train.py -t ascend,mlu,musa || rc=$?
+echo "(op_coverage exit code $rc; the flow, with hal.fallback and HAL_EMU_OPS: docs/op_coverage-torch.md)"
 step "a tiny training run on the selected device: checkpoints, resume, metrics (out/tiny)"
 rm -rf out/tiny
 "$PY" examples/train_tiny.py --out out/tiny --steps 200
