@@ -107,6 +107,19 @@ def _run_export(path: str, device: str) -> None:
         module(*_to(args, device), **_to(kwargs, device))
 
 
+def _one_rank_job() -> None:
+    """A script written for torchrun (env:// rendezvous) runs as rank 0 of a 1-rank job, as under
+    ``torchrun --nproc-per-node 1``: its collectives run, on one rank, and are traced."""
+    if "RANK" in os.environ:
+        return
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    os.environ.update({"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1",
+                       "GROUP_RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m op_coverage._trace_child")
     p.add_argument("--out", required=True)
@@ -157,6 +170,7 @@ def main(argv=None) -> int:
     try:
         if a.kind == "script":
             from hal.transfer import run_script
+            _one_rank_job()
             report = run_script(a.target, args)
             exit_code = int(report["exit_code"])
             err = report.get("error")

@@ -80,8 +80,12 @@ def scan_trace(trace: dict, targets: Iterable[str] = (), profile_files=(), use_p
                plan: bool = True, path: str = "<trace>") -> Report:
     """Judge every op of ``trace`` (a dict of schema ``op_coverage.torch_trace/1``) on ``targets``."""
     chosen = resolve(targets, trace["torch_version"], profile_files, use_plugins)
-    ops = {r["op"]: r for r in trace["ops"]}
+    ops = {r["op"]: r for r in trace["ops"] if "::" not in r["op"]}
     rows, summaries, warnings = [], [], []
+    other = sorted(r["op"] for r in trace["ops"] if "::" in r["op"])
+    if other:  # c10d collectives, custom ops: not in any vendor's aten list
+        warnings.append(f"not judged (not aten ops: collectives run on the vendor's communication library "
+                        f"through hal.dist; custom ops need the vendor's own kernel): {', '.join(other)}")
     for p, warn in chosen:
         if warn:
             warnings.append(warn)

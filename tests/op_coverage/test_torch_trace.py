@@ -159,3 +159,21 @@ def test_a_module_factory_and_a_torch_export_file(tmp_path):
     assert r.returncode == 0, r.stderr[-2000:]
     ops = {o["op"] for o in json.loads((tmp_path / "e.json").read_text())["ops"] if o["count"]}
     assert {"addmm", "gelu", "native_layer_norm"} <= ops and "native_layer_norm_backward" not in ops
+
+
+def test_a_script_written_for_torchrun_is_traced_as_a_one_rank_job(tmp_path):
+    # env:// rendezvous needs RANK, WORLD_SIZE, MASTER_ADDR...: the trace sets them as
+    # torchrun --nproc-per-node 1 would, so DDP scripts trace without a launcher
+    out = tmp_path / "ddp.json"
+    r = oc("trace", CORPUS / "ddp_torchrun_basic.py", "--steps", 2, "-o", out, "--quiet")
+    trace = json.loads(out.read_text())
+    assert r.returncode == 0 and trace["error"] is None, r.stderr[-2000:]
+    assert trace["steps"] == 2 and {"addmm", "mse_loss"} <= {o["op"] for o in trace["ops"] if o["count"]}
+
+
+def test_collectives_and_custom_ops_are_named_not_judged(tmp_path):
+    r = oc("scan", _trace_with(tmp_path, ["mm", "c10d::allreduce_", "mylib::fused_rope"]), "-t", "musa", "--json")
+    report = json.loads(r.stdout)
+    assert r.returncode == 0 and [o["op_type"] for o in report["models"][0]["ops"]] == ["mm"]
+    assert any("not judged" in w and "c10d::allreduce_" in w and "mylib::fused_rope" in w
+               for w in report["models"][0]["warnings"])
