@@ -1,9 +1,15 @@
 """Small torch-written models for the op_coverage zoo: the shapes of real CNN and detection
 architectures, random weights, nothing downloaded (torchvision's PyPI wheel does not import
 with the CPU torch)."""
+import sys
+from pathlib import Path
+
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # also run as a script: the repo root
+from tests.torch_zoo.models import box_iou  # noqa: E402 - the zoo's IoU, shared with the training zoo
 
 
 class SqueezeExcite(nn.Module):
@@ -118,16 +124,6 @@ class UNetTiny(nn.Module):
         return logits, logits.argmax(1)
 
 
-def _box_iou(a, b):
-    area_a = (a[..., 2] - a[..., 0]).clamp(min=0) * (a[..., 3] - a[..., 1]).clamp(min=0)
-    area_b = (b[..., 2] - b[..., 0]).clamp(min=0) * (b[..., 3] - b[..., 1]).clamp(min=0)
-    lt = torch.maximum(a[..., :, None, :2], b[..., None, :, :2])
-    rb = torch.minimum(a[..., :, None, 2:], b[..., None, :, 2:])
-    wh = (rb - lt).clamp(min=0)
-    inter = wh[..., 0] * wh[..., 1]
-    return inter / (area_a[..., :, None] + area_b[..., None, :] - inter).clamp(min=1e-6)
-
-
 class DetectorTiny(nn.Module):
     """A one-stage detector at inference (RetinaNet / SSD shape): anchors, box decoding with Exp and
     clamping, TopK candidates, greedy NMS in static tensor ops, class argmax, score threshold with
@@ -164,7 +160,7 @@ class DetectorTiny(nn.Module):
         top_s, top_i = scores.topk(self.pre, dim=1)
         top_b = boxes.gather(1, top_i.unsqueeze(-1).expand(-1, -1, 4))
         top_l = labels.gather(1, top_i)
-        over = (_box_iou(top_b, top_b) > 0.5) & torch.ones(self.pre, self.pre, dtype=torch.bool).triu(1)
+        over = (box_iou(top_b, top_b) > 0.5) & torch.ones(self.pre, self.pre, dtype=torch.bool).triu(1)
         keep = torch.ones(b, self.pre, dtype=torch.bool)
         for i in range(self.pre - 1):
             keep = keep & ~(over[:, i] & keep[:, i:i + 1])
