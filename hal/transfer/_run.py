@@ -78,11 +78,14 @@ def _announce_fallbacks(echo: bool) -> None:
 
 def _install_fallback():
     """:func:`hal.fallback.install` for the selected backend (it says itself when it does nothing:
-    not a PrivateUse1 device, no torch profile, ``HAL_FALLBACK=0``); a failure is reported, not raised."""
+    not a PrivateUse1 device, no torch profile, ``HAL_FALLBACK=0``); a failure is one line on
+    stderr (also with --quiet: it is the user's setting that is wrong) and in the report, not raised."""
     from hal import fallback
+    from hal.transfer._log import LOGGER
     try:
         return fallback.install()
     except Exception as exc:  # noqa: BLE001 - the script runs without it
+        LOGGER.error("%s; the script runs without hal.fallback's decompositions", exc)
         return fallback.InstallReport(False, f"hal.fallback.install() failed: {type(exc).__name__}: {exc}")
 
 

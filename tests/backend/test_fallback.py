@@ -96,3 +96,26 @@ def test_zoo_trains_with_a_vendors_coverage_plus_hal_fallback_and_matches_the_cp
           + ", ".join(f"{n} {d:.1e}" for n, d in diffs.items()))
     print(f"{vendor}: fallbacks: {out['report']}")
     assert max(diffs.values()) <= REL, diffs
+
+
+def test_hal_run_takes_the_profile_from_hal_fallback_profile_and_names_an_unknown_one(tmp_path):
+    script = tmp_path / "group_norm.py"
+    script.write_text("import torch\nx = torch.randn(2, 4, 3, device='cuda', requires_grad=True)\n"
+                      "torch.nn.functional.group_norm(x, 2).pow(2).sum().backward()\n"
+                      "print('grad', float(x.grad.abs().sum()))\n")
+    env = dict(os.environ, HAL_BACKEND="emu", PYTHONPATH=ROOT)
+    for k in ("HAL_EMU_OPS", "HAL_FALLBACK"):
+        env.pop(k, None)
+    report = tmp_path / "run.json"
+    p = subprocess.run([sys.executable, "-m", "hal", "run", "--quiet", "--report", str(report), str(script)],
+                       env=dict(env, HAL_FALLBACK_PROFILE="gcu-2.10"), capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    run = json.loads(report.read_text())
+    assert run["fallback_install"]["profile"] == "gcu-2.10" and "HAL_FALLBACK_PROFILE" in run["fallback_install"]["reason"]
+    # gcu-2.10 lacks native_group_norm_backward (and so does emu): the decomposition ran, counted
+    assert [(d["op"], d["count"]) for d in run["fallback_decompositions"]] == [("aten::native_group_norm_backward", 1)]
+    p = subprocess.run([sys.executable, "-m", "hal", "run", "--quiet", str(script)],
+                       env=dict(env, HAL_FALLBACK_PROFILE="nosuch"), capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0 and "grad" in p.stdout  # the script still runs
+    assert "torch profile 'nosuch' is not known" in p.stderr and "gcu-2.10" in p.stderr
+    assert "Traceback" not in p.stderr
