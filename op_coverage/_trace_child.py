@@ -35,17 +35,6 @@ def _factory(spec: str):
     return fn
 
 
-def _to(x, device):
-    import torch
-    if isinstance(x, torch.Tensor):
-        return x.to(device)
-    if isinstance(x, (list, tuple)):
-        return type(x)(_to(v, device) for v in x)
-    if isinstance(x, dict):
-        return {k: _to(v, device) for k, v in x.items()}
-    return x
-
-
 def _floats(x):
     import torch
     if isinstance(x, torch.Tensor):
@@ -83,6 +72,8 @@ def _unpack(built):
 
 def _run_factory(spec: str, device: str) -> None:
     import torch
+
+    from hal.opprobe_inputs import move as _to
     model, inputs, targets, loss_fn, make_opt = _unpack(_factory(spec)())
     model = model.to(device)
     inputs, targets = _to(inputs, device), _to(targets, device)
@@ -97,6 +88,8 @@ def _run_factory(spec: str, device: str) -> None:
 
 def _run_export(path: str, device: str) -> None:
     import torch
+
+    from hal.opprobe_inputs import move as _to
     ep = torch.export.load(path)
     if ep.example_inputs is None:
         raise SystemExit(f"op_coverage trace: {path} holds no example inputs; export with "

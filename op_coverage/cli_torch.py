@@ -67,9 +67,7 @@ def cmd_trace(a) -> int:
     trace = record(a.target, a.script_args, steps=a.steps or None, seconds=a.seconds or None,
                    timeout=a.timeout, echo=not a.quiet)
     text = json.dumps(trace, indent=1) + "\n"
-    rc = 0
-    if a.output:
-        rc = _write(argparse.Namespace(output=a.output), text)
+    rc = _write(a, text) if a.output else 0
     if a.json:
         sys.stdout.write(text)
     print(f"op_coverage trace: {summary(trace)}" + (f"; written to {a.output}" if a.output and not rc else ""),

@@ -118,6 +118,7 @@ def cuda_only_rules() -> tuple:
     return tuple((r["pattern"], tuple(r["parents"]), r.get("why", "")) for r in d["rules"])
 
 
+@lru_cache(maxsize=None)
 def privateuse1_only_rules() -> tuple:
     """Rules for ops torch calls only on a PrivateUse1 device (``_copy_from``): judged at their parent
     on in-tree backends (CUDA, XPU, MPS), as themselves on a PrivateUse1 plugin."""

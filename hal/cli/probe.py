@@ -54,20 +54,26 @@ def run(args) -> int:
     except ValueError as exc:
         print(f"hal probe: error: {exc}", file=sys.stderr)
         return 2
+    s = prof["summary"]
+    _show(args, prof, prof["ops"], f"{prof['backend']} ({prof['device']}): {s['native']} native, "
+                                   f"{s['fallback']} fallback, {s['failing']} failing")
+    return 1 if s["failing"] else 0
+
+
+_COLORS = {"native": "green", "fallback": "yellow", "failing": "red", "not_probed": "yellow"}
+
+
+def _show(args, prof: dict, results: dict, line: str) -> None:
+    """Write ``prof`` to --out, then print it as JSON, or the results as a table and ``line``."""
     if args.out:
-        atomic_write(args.out, json.dumps(prof, indent=2) + "\n")
+        atomic_write(args.out, json.dumps(prof, indent=1) + "\n")
     if args.json:
         print_json(prof)
-    else:
-        color = use_color()
-        colors = {"native": "green", "fallback": "yellow", "failing": "red"}
-        rows = [(name, paint(r["status"], colors[r["status"]], color), r["detail"])
-                for name, r in prof["ops"].items()]
-        print(table(rows, ("op", "status", "detail"), [28, 8 + (9 if color else 0), 90]))
-        s = prof["summary"]
-        print(f"\n{prof['backend']} ({prof['device']}): {s['native']} native, {s['fallback']} fallback, "
-              f"{s['failing']} failing" + (f"; written to {args.out}" if args.out else ""))
-    return 1 if prof["summary"]["failing"] else 0
+        return
+    color = use_color()
+    rows = [(name, paint(r["status"], _COLORS[r["status"]], color), r["detail"]) for name, r in results.items()]
+    print(table(rows, ("op", "status", "detail"), [28, 10 + (9 if color else 0), 90]))
+    print(f"\n{line}" + (f"; written to {args.out}" if args.out else ""))
 
 
 def _run_trace(args) -> int:
@@ -84,18 +90,8 @@ def _run_trace(args) -> int:
         return 2
     bar = None if args.json else (lambda it: progress(it, "hal probe", "op"))
     prof = probe_trace(selected_backend(), trace, bar, name=args.name, trace_path=args.trace)
-    if args.out:
-        atomic_write(args.out, json.dumps(prof, indent=1) + "\n")
-    if args.json:
-        print_json(prof)
-    else:
-        color = use_color()
-        colors = {"native": "green", "fallback": "yellow", "failing": "red", "not_probed": "yellow"}
-        rows = [(name, paint(r["status"], colors[r["status"]], color), r["detail"])
-                for name, r in prof["probe"].items()]
-        print(table(rows, ("op", "status", "detail"), [28, 10 + (9 if color else 0), 90]))
-        c = prof["counts"]
-        print(f"\n{prof['backend']} ({prof['source']['device']}): {len(prof['probe'])} ops of {args.trace}: "
-              f"{c['native']} native, {c['fallback']} fallback, {c['failing']} failing, {c['not_probed']} not probed"
-              + (f"; written to {args.out}" if args.out else ""))
-    return 1 if prof["counts"]["failing"] else 0
+    c = prof["counts"]
+    _show(args, prof, prof["probe"], f"{prof['backend']} ({prof['source']['device']}): {len(prof['probe'])} ops of "
+                                     f"{args.trace}: {c['native']} native, {c['fallback']} fallback, "
+                                     f"{c['failing']} failing, {c['not_probed']} not probed")
+    return 1 if c["failing"] else 0
