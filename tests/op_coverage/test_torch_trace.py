@@ -177,3 +177,16 @@ def test_collectives_and_custom_ops_are_named_not_judged(tmp_path):
     assert r.returncode == 0 and [o["op_type"] for o in report["models"][0]["ops"]] == ["mm"]
     assert any("not judged" in w and "c10d::allreduce_" in w and "mylib::fused_rope" in w
                for w in report["models"][0]["warnings"])
+
+
+def test_scan_of_a_script_traces_it_then_judges_it_and_a_run_past_its_timeout_is_one_line(tmp_path):
+    r = oc("scan", CORPUS / "mnist_cnn.py", "-t", "ascend,musa", "--steps", 1, "--json")
+    report = json.loads(r.stdout)
+    assert r.returncode == report["exit_code"] == 0, r.stderr[-2000:]
+    assert "1 optimizer step(s)" in r.stderr and report["targets"] == ["ascend-2.13", "musa-2.7"]
+    assert {"convolution", "convolution_backward"} <= {o["op_type"] for o in report["models"][0]["ops"]}
+    loop = tmp_path / "forever.py"
+    loop.write_text("import torch\nx = torch.ones(4, device='cuda')\nwhile True:\n    x = x + 1\n")
+    r = oc("trace", loop, "--timeout", 20, "--quiet")
+    assert r.returncode == 19 and "did not end within 20 s" in r.stderr and "--steps" in r.stderr
+    assert "Traceback" not in r.stderr
