@@ -123,8 +123,7 @@ def scan_trace(trace: dict, targets: Iterable[str] = (), profile_files=(), use_p
     rows.sort(key=lambda r: (-max((rank[v["status"]] for v in r.support.values()), default=0), -r.count, r.op_type))
     calls = sum(int(r["count"]) for r in trace["ops"])
     info = {"kind": "torch-trace", "torch_version": trace["torch_version"], "source": trace.get("source"),
-            "steps": trace.get("steps"), "calls": calls, "nodes": calls, "op_types": len(rows),
-            "opsets": {"torch": trace["torch_version"]}, "weight_bytes": 0, "external_data": []}
+            "steps": trace.get("steps") or 0, "calls": calls, "op_types": len(rows)}
     model = ModelReport(path=path, model=info, rows=rows, targets=summaries, nodes=[], warnings=warnings)
     return Report(models=[model], target_names=[p.name for p, _ in chosen], tool_version=__version__)
 
@@ -143,7 +142,9 @@ def _fill_plans(rows, chosen) -> None:
                 plan = plan_op(row.op_type, p, dtypes=_torch_dtypes(row.dtypes))
             except Exception as exc:  # noqa: BLE001 - a plan that fails is reported, not raised
                 plan = None
-                row.replacement = dict(row.replacement or {}, **{p.name: {"kind": "none", "detail": str(exc)}})
+                row.replacement = dict(row.replacement or {}, **{p.name: {
+                    "op": row.op_type, "kind": "none", "exact": False, "pieces": [], "blocking": [row.op_type],
+                    "detail": f"the planner failed: {type(exc).__name__}: {exc}"}})
             if plan is not None:
                 row.replacement = dict(row.replacement or {}, **{p.name: plan.to_dict()})
 

@@ -69,6 +69,7 @@ def test_scan_of_a_trace_judges_each_op_per_vendor(mnist_trace, tmp_path):
     path, trace, _ = mnist_trace
     r = oc("scan", path, "-t", "ascend,musa,xpu", "--json")
     report = json.loads(r.stdout)
+    jsonschema.Draft202012Validator(read_json("report.schema.json")).validate(report)  # the scan's published format
     ops = {o["op_type"]: o for o in report["models"][0]["ops"]}
     assert set(report["targets"]) == {"ascend-2.13", "musa-2.7", "xpu-2.13"}
     # musa's list is for torch 2.7: the skew is named
@@ -100,6 +101,8 @@ def test_exit_codes_follow_what_the_vendor_does_with_a_missing_op(tmp_path):
     p = _trace_with(tmp_path, ["add.Tensor", "_logcumsumexp"])
     musa = oc("scan", p, "-t", "musa", "--json")
     ascend = oc("scan", p, "-t", "ascend-2.7", "--json")
+    for r in (musa, ascend):  # with plans of missing ops, in the published format
+        jsonschema.Draft202012Validator(read_json("report.schema.json")).validate(json.loads(r.stdout))
     assert musa.returncode == 4, musa.stderr
     row = {o["op_type"]: o for o in json.loads(musa.stdout)["models"][0]["ops"]}["_logcumsumexp"]
     assert row["support"]["musa-2.7"]["behaviour"] == "error"
