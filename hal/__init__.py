@@ -9,6 +9,7 @@ and loaded on first use (``hal.device()``, ``hal list``)::
 """
 __version__ = "0.1.0"
 
+import sys  # noqa: E402
 from hal._errors import BackendUnavailable, HalError, NoDevice, NotSupported
 from hal.device import (Event, Stream, autocast, backend_name, current_backend, current_device,
                         current_stream, device, device_count, device_type, empty_cache,
@@ -39,7 +40,7 @@ def fallback_report():
     """
     from hal import fallback as _fallback
     rows = _fallback.report()  # hal.fallback's decompositions (any PrivateUse1 device)
-    if "hal.emu._dispatch" in __import__("sys").modules:
+    if "hal.emu._dispatch" in sys.modules:  # the emulator ran: its own fallbacks first
         from hal.emu import fallback_report as _report
         rows = _report() + rows
     return rows
