@@ -15,6 +15,11 @@ import os
 import sys
 import threading
 import time
+import traceback
+
+
+#: the child's exit code when the factory cannot be imported (op_coverage trace: not found)
+EXIT_NOT_FOUND = 10
 
 
 class StepsReached(BaseException):
@@ -30,8 +35,9 @@ def _factory(spec: str):
         for part in name.split("."):
             fn = getattr(fn, part)
     except (ImportError, AttributeError) as exc:
-        raise SystemExit(f"op_coverage trace: {spec}: cannot import the factory ({exc}); pass "
-                         f"module:function importable from this folder, e.g. mypkg.models:build")
+        print(f"op_coverage trace: {spec}: cannot import the factory ({exc}); pass module:function "
+              f"importable from this folder, e.g. mypkg.models:build", file=sys.stderr)
+        raise SystemExit(EXIT_NOT_FOUND)
     return fn
 
 
@@ -77,13 +83,16 @@ def _run_factory(spec: str, device: str) -> None:
     model, inputs, targets, loss_fn, make_opt = _unpack(_factory(spec)())
     model = model.to(device)
     inputs, targets = _to(inputs, device), _to(targets, device)
-    opt = make_opt(model.parameters()) if make_opt else torch.optim.SGD(model.parameters(), lr=1e-3)
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = (make_opt(model.parameters()) if make_opt else torch.optim.SGD(params, lr=1e-3)) if params else None
     model.train()
     out = model(*inputs)
     loss = loss_fn(out, *targets) if loss_fn else sum(t.float().sum() for t in _floats(out))
-    loss.backward()
-    opt.step()
-    opt.zero_grad(set_to_none=True)
+    if loss.requires_grad:  # a model without trainable parameters has no backward or optimizer step
+        loss.backward()
+    if opt is not None:
+        opt.step()
+        opt.zero_grad(set_to_none=True)
 
 
 def _run_export(path: str, device: str) -> None:
@@ -174,20 +183,19 @@ def main(argv=None) -> int:
             elif err:
                 error = f"{err['type']}: {err['message']} ({err.get('where')})"
                 sys.stderr.write(err["traceback"])
-        elif a.kind == "factory":
-            from hal.emu._dispatch import set_notice
-            set_notice(lambda op, route, where: None)  # the trace is the report
-            _run_factory(a.target, "emu")
         else:
             from hal.emu._dispatch import set_notice
-            set_notice(lambda op, route, where: None)
-            _run_export(a.target, "emu")
+            set_notice(lambda op, route, where: None)  # the trace is the report
+            (_run_factory if a.kind == "factory" else _run_export)(a.target, "emu")
     except StepsReached:
         stopped_by = "steps"
     except KeyboardInterrupt:
         if not timed_out.is_set():
             raise
         stopped_by = "seconds"
+    except Exception as exc:  # noqa: BLE001 - the model's own failure: shown, and what ran is kept
+        traceback.print_exc()
+        exit_code, error = 1, f"{type(exc).__name__}: {exc}"
     finally:
         trace.stop()
         if a.seconds:

@@ -26,7 +26,7 @@ work) on hal's emulated accelerator, in a fresh process.  No tensor data is kept
 exit codes:
   0   traced (the script ended, or --steps / --seconds stopped it)
   1   the script raised; the trace of what ran until then is still written
-  10  the script, module or .pt2 file was not found
+  10  the script, module:factory or .pt2 file was not found
   17  cannot write the -o file
   19  the run ended before a trace was written
 """
@@ -73,7 +73,7 @@ def cmd_trace(a) -> int:
     print(f"op_coverage trace: {summary(trace)}" + (f"; written to {a.output}" if a.output and not rc else ""),
           file=sys.stderr)
     if trace.get("error"):
-        print(f"op_coverage trace: the script failed: {trace['error']}", file=sys.stderr)
+        print(f"op_coverage trace: the traced {trace['source']['kind']} failed: {trace['error']}", file=sys.stderr)
     return rc or (1 if trace.get("exit_code") else 0)
 
 

@@ -91,9 +91,11 @@ def record(target: str, argv: Sequence[str] = (), steps: Optional[int] = None,
                 trace = json.load(f)
         except (OSError, ValueError):
             tail = (proc.stderr or "").strip().splitlines()[-1:] if not echo else []
-            raise TraceError(f"{target}: the traced run exited with code {proc.returncode} before "
-                             f"writing its trace{': ' + tail[0] if tail else ''}; run it with "
-                             f"HAL_BACKEND=emu hal run {target} to see why", EXIT_RUN_FAILED) from None
+            why = f": {tail[0]}" if tail else " (its reason is above)"
+            hint = f"; run it with HAL_BACKEND=emu hal run {target} to see more" if kind == "script" else ""
+            code = EXIT_NOT_FOUND if proc.returncode == EXIT_NOT_FOUND else EXIT_RUN_FAILED
+            raise TraceError(f"{target}: the traced run exited with code {proc.returncode} before writing its "
+                             f"trace{why}{hint}", code) from None
     finally:
         try:
             os.unlink(out)

@@ -193,3 +193,21 @@ def test_scan_of_a_script_traces_it_then_judges_it_and_a_run_past_its_timeout_is
     r = oc("trace", loop, "--timeout", 20, "--quiet")
     assert r.returncode == 19 and "did not end within 20 s" in r.stderr and "--steps" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_a_factory_that_fails_keeps_its_trace_and_one_that_cannot_be_imported_is_one_line(tmp_path):
+    (tmp_path / "mymodels.py").write_text(textwrap.dedent("""
+        import torch
+        class Broken(torch.nn.Module):
+            def forward(self, x):
+                torch.relu(x)
+                raise RuntimeError("shape bug in my model")
+        def broken():
+            return Broken(), torch.randn(3)   # no parameters: no optimizer step to take
+    """))
+    r = oc("trace", "mymodels:broken", "-o", tmp_path / "b.json", cwd=tmp_path)
+    trace = json.loads((tmp_path / "b.json").read_text())
+    assert r.returncode == 1 and trace["error"] == "RuntimeError: shape bug in my model"
+    assert "relu" in {o["op"] for o in trace["ops"] if o["count"]}
+    r = oc("trace", "nosuchmodule:build", cwd=tmp_path)
+    assert r.returncode == 10 and "cannot import the factory" in r.stderr and "Traceback" not in r.stderr
