@@ -268,7 +268,3 @@ def report() -> List[dict]:
     rows = [{"op": op, "route": "decomposition", "by": "hal.fallback", "count": n}
             for op, n in _uses.snapshot().items()]
     return sorted(rows, key=lambda r: (-r["count"], r["op"]))
-
-
-def reset_report() -> None:
-    _uses.reset()

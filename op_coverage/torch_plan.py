@@ -37,7 +37,7 @@ import re
 import threading
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
-from typing import Iterable, List, Optional, Sequence
+from typing import List, Optional, Sequence
 
 from .torch_profiles import TorchProfile, Verdict
 
@@ -522,8 +522,3 @@ def plan_trace(trace: dict, profile: TorchProfile, shapes: Optional[dict] = None
             continue
         out.append(plan_op(op, profile, row.get("dtypes") or ("float32",), (shapes or {}).get(op)))
     return out
-
-
-def missing_ops(profile: TorchProfile, ops: Iterable[str]) -> List[str]:
-    """The ops of ``ops`` that ``profile`` judges missing."""
-    return [o for o in ops if profile.judge(o).status == "missing"]

@@ -19,7 +19,7 @@ itself implemented by the target.
 """
 from __future__ import annotations
 
-from typing import Iterable, Optional
+from typing import Iterable
 
 from . import __version__
 from .report.model import ModelReport, OpRow, Report, TargetSummary, merge_verdicts
@@ -154,11 +154,6 @@ def _torch_dtypes(names) -> list:
     return sorted(names, key=lambda n: (not n.startswith(("float", "bfloat")), n)) or ["float32"]
 
 
-def scan_path(path: str, targets: Iterable[str] = (), profile_files=(), use_plugins: bool = False) -> Report:
-    """Scan a trace file."""
-    from .torch_trace import load
-    return scan_trace(load(path), targets, profile_files, use_plugins, path=path)
-
 
 def is_trace_file(path: str) -> bool:
     """True for a JSON file whose schema is a torch trace (cheap: reads the first bytes)."""
@@ -171,13 +166,3 @@ def is_trace_file(path: str) -> bool:
         return False
     from .torch_trace import SCHEMA
     return SCHEMA in head
-
-
-def first_missing(report: Report) -> Optional[str]:
-    """``op on target`` of the first op some target lacks (for one-line summaries)."""
-    for m in report.models:
-        for r in m.rows:
-            for t, s in r.support.items():
-                if s["status"] != "native":
-                    return f"{r.op_type} on {t}"
-    return None
