@@ -6,8 +6,9 @@ written in the safetensors format (read back with the ``safetensors`` library, w
 executes no code).
 
 ``HAL_CHECKPOINT_CRASH_AT=<point>`` makes the saving process kill itself with SIGKILL at
-a named point of the commit (see :data:`CRASH_POINTS`); it exists to test crash safety
-and is never set in normal use.
+a named point of the commit (see :data:`CRASH_POINTS`); ``HAL_CHECKPOINT_PAUSE_AT=<point>=<file>``
+makes it stop there (its pid written to ``<file>``) so a test can kill the whole job in the
+middle of a save.  Both exist to test crash safety and are never set in normal use.
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import json
 import os
 import signal
 import struct
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Dict, Iterable, Tuple
@@ -32,6 +34,9 @@ CRASH_POINTS = (
     "retention",           # while deleting checkpoints beyond keep_last
 )
 CRASH_ENV = "HAL_CHECKPOINT_CRASH_AT"
+#: ``<point>=<file>``: at ``<point>`` write this process's pid to ``<file>`` and stop there
+#: (sleep), so that a test can kill the whole job while a save is half-written
+PAUSE_ENV = "HAL_CHECKPOINT_PAUSE_AT"
 
 _DTYPES = {
     torch.float64: "F64", torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16",
@@ -50,6 +55,12 @@ def crash_point(name: str) -> None:
     """SIGKILL this process when ``HAL_CHECKPOINT_CRASH_AT`` names ``name`` (testing only)."""
     if os.environ.get(CRASH_ENV) == name:
         os.kill(os.getpid(), signal.SIGKILL)
+    point, _, marker = os.environ.get(PAUSE_ENV, "").partition("=")
+    if point == name and marker:
+        with open(marker, "w") as f:
+            f.write(f"{os.getpid()}\n")
+        while True:
+            time.sleep(3600)
 
 
 def tmp_name(path: Path) -> Path:

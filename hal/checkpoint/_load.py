@@ -31,7 +31,8 @@ class Checkpoint:
 
     ``state`` holds the decoded state dicts (tensors on the CPU) under ``model``,
     ``optimizer``, ``scheduler``, ``scaler`` and ``extra``; ``skipped`` lists newer
-    checkpoints that were passed over, each with its reason.
+    checkpoints that were passed over, each with its reason; ``data`` is this rank's data
+    position as a :class:`Checkpointer` saved it (``epoch`` and the loader's state).
     """
 
     path: Path
@@ -40,6 +41,12 @@ class Checkpoint:
     manifest: dict = field(default_factory=dict)
     rng_applied: List[str] = field(default_factory=list)
     skipped: List[CheckpointInfo] = field(default_factory=list)
+    data: Optional[dict] = None
+
+    @property
+    def epoch(self) -> Optional[int]:
+        """The epoch the data position belongs to (None when no data position was saved)."""
+        return (self.data or {}).get("epoch")
 
     @property
     def extra(self) -> dict:
@@ -80,7 +87,11 @@ def _read_doc(path: Path, entry: Optional[dict], verify: bool) -> dict:
 
 
 def read_step(path: Path, rank: int, world: int, verify: bool = True):
-    """``(state, rng, manifest)`` of ``rank`` from the checkpoint folder ``path``."""
+    """``(state, rng, manifest, data)`` of ``rank`` from the checkpoint folder ``path``.
+
+    ``data`` is the rank's own data position (None when it saved none or another world
+    size wrote the checkpoint in a way that gives this rank no file of its own).
+    """
     info = check(path, verify=False)
     if not info.complete:
         raise CheckpointError(f"{path}: incomplete checkpoint ({info.reason}); "
@@ -105,7 +116,7 @@ def read_step(path: Path, rank: int, world: int, verify: bool = True):
     state = decode(doc.get("state") or {}, tensors)
     rng_doc = doc if state_rank == rank else get(f"{rank_stem(rank)}.json", _read_doc)
     rng = (rng_doc or {}).get("rng")
-    return state, rng, manifest
+    return state, rng, manifest, (rng_doc or {}).get("data")
 
 
 def _load_file(path: Path) -> dict:
@@ -205,7 +216,7 @@ def load(path, *, model=None, optimizer=None, scheduler=None, scaler=None, resto
 def _load_step(path, model, optimizer, scheduler, scaler, restore_rng, strict, verify,
                skipped=()) -> Checkpoint:
     rank, world = _dist.rank_world()
-    state, rng, manifest = read_step(path, rank, world, verify)
+    state, rng, manifest, data = read_step(path, rank, world, verify)
     apply(state, model=model, optimizer=optimizer, scheduler=scheduler, scaler=scaler, strict=strict)
     step = int(manifest["step"])
     applied: List[str] = []
@@ -214,7 +225,7 @@ def _load_step(path, model, optimizer, scheduler, scaler, restore_rng, strict, v
             applied = _rng.restore(rng, step, rank)
         else:
             _reseed_missing(step, rank, world, manifest)
-    return Checkpoint(path, step, state, manifest, applied, list(skipped))
+    return Checkpoint(path, step, state, manifest, applied, list(skipped), data)
 
 
 def _reseed_missing(step, rank, world, manifest) -> None:

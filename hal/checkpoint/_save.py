@@ -1,6 +1,8 @@
 """Snapshot the training state to host memory, then commit it to disk crash-safely."""
 from __future__ import annotations
 
+import errno
+import json
 import logging
 import os
 import shutil
@@ -70,10 +72,24 @@ def _snapshotter(clone: bool):
     return snap, wait
 
 
+def _check_data(data: Optional[dict]) -> None:
+    if data is None:
+        return
+    try:
+        json.dumps(data, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise CheckpointError(f"the data position is not JSON data ({exc}); a data loader whose "
+                              "state_dict() holds objects other than tensors, numbers, strings, lists "
+                              "and dicts cannot be saved without pickle: convert them") from None
+
+
 def snapshot(step: int, *, model=None, optimizer=None, scheduler=None, scaler=None,
              extra: Optional[dict] = None, mode: str = "replicated", clone: bool = True,
-             rng: bool = True) -> Snapshot:
-    """Host copy of the training state of this rank (``clone=False`` shares CPU tensors)."""
+             rng: bool = True, data: Optional[dict] = None) -> Snapshot:
+    """Host copy of the training state of this rank (``clone=False`` shares CPU tensors).
+
+    ``data`` is this rank's own data position (epoch, loader state), kept per rank.
+    """
     if mode not in MODES:
         raise CheckpointError(f"mode={mode!r}: unknown distributed mode; use 'replicated' (rank 0 "
                               "saves the state every rank holds) or 'sharded' (each rank saves its own)")
@@ -99,8 +115,11 @@ def snapshot(step: int, *, model=None, optimizer=None, scheduler=None, scaler=No
     snap, wait = _snapshotter(clone)
     doc_state = encode(state, tensors, "", snap) if saves_state else None
     wait()
+    _check_data(data)
     doc = {"schema": RANK_SCHEMA, "step": step, "rank": rank, "world_size": world, "mode": mode,
            "state": doc_state, "rng": _rng.capture() if rng else None}
+    if data is not None:
+        doc["data"] = data
     nbytes = sum(t.numel() * t.element_size() for t in tensors.values())
     return Snapshot(step, rank, world, mode, doc, tensors if saves_state else None, nbytes)
 
@@ -116,49 +135,117 @@ def _invalidate(step_dir: Path) -> None:
         tmp.unlink()
 
 
+class CheckpointWriteError(CheckpointError):
+    """A save that could not be written (disk full, quota, file size limit, I/O error).
+
+    Raised on every rank alike; nothing of the failed step is left on disk.  ``errno`` is
+    the first failing rank's OS error number; ``no_space`` says whether it means the
+    storage is full (``ENOSPC``, ``EDQUOT``, ``EFBIG``).
+    """
+
+    def __init__(self, message: str, errno_: Optional[int] = None):
+        super().__init__(message)
+        self.errno = errno_
+
+    @property
+    def no_space(self) -> bool:
+        return self.errno in NO_SPACE_ERRNOS
+
+
+#: OS errors that mean "the storage is full" rather than "hal or the data is wrong"
+NO_SPACE_ERRNOS = {errno.ENOSPC, errno.EFBIG, getattr(errno, "EDQUOT", errno.ENOSPC)}
+
+
+def _describe(exc: OSError) -> str:
+    return f"{exc.strerror or exc} (errno {exc.errno})" if exc.errno else str(exc)
+
+
+def _drop(step_dir: Path) -> None:
+    """Remove a step folder that will never be committed (rename first: never half-deleted)."""
+    if not step_dir.exists():
+        return
+    trash = step_dir.with_name(f".trash-{step_dir.name}-{os.getpid()}")
+    try:
+        os.replace(step_dir, trash)
+        fsync_dir(step_dir.parent)
+    except OSError:
+        trash = step_dir
+    shutil.rmtree(trash, ignore_errors=True)
+
+
 def persist(root, snap: Snapshot, keep_last: Optional[int] = None, group=None) -> Path:
     """Write ``snap`` under ``root`` and, on rank 0, commit the manifest and ``latest``.
 
-    Must be called by every rank (collective when torch.distributed is initialised).
+    Must be called by every rank (collective when torch.distributed is initialised).  When
+    any rank cannot write (disk full, quota, I/O error), no rank commits: rank 0 removes the
+    step folder and every rank raises the same :class:`CheckpointWriteError`, so the ranks
+    never disagree about which checkpoints exist.
     """
     root = Path(root)
     step_dir = root / step_name(snap.step)
+    failure = None
     if snap.rank == 0:
-        root.mkdir(parents=True, exist_ok=True)
-        if step_dir.exists():
-            _invalidate(step_dir)
-        step_dir.mkdir(exist_ok=True)
-        fsync_dir(root)
+        try:
+            root.mkdir(parents=True, exist_ok=True)
+            if step_dir.exists():
+                _invalidate(step_dir)
+            step_dir.mkdir(exist_ok=True)
+            fsync_dir(root)
+        except OSError as exc:
+            failure = (0, exc.errno, f"cannot create {step_dir}: {_describe(exc)}")
     _dist.barrier(group)
-    step_dir.mkdir(parents=True, exist_ok=True)
     stem = rank_stem(snap.rank)
     entries: Dict[str, dict] = {}
-    if snap.tensors is not None:
-        entries.update(write_tensors(step_dir / f"{stem}.safetensors", snap.tensors))
-    entries.update(write_json(step_dir / f"{stem}.json", snap.doc))
-    fsync_dir(step_dir)
+    if failure is None:
+        try:
+            step_dir.mkdir(parents=True, exist_ok=True)
+            if snap.tensors is not None:
+                entries.update(write_tensors(step_dir / f"{stem}.safetensors", snap.tensors))
+            entries.update(write_json(step_dir / f"{stem}.json", snap.doc))
+            fsync_dir(step_dir)
+        except OSError as exc:
+            failure = (snap.rank, exc.errno, f"rank {snap.rank} cannot write {step_dir}: {_describe(exc)}")
     crash_point("rank-files")
-    gathered = _dist.gather(entries, group)
+    gathered = _dist.gather((entries, failure), group)
+    outcome = None
     if snap.rank == 0:
-        files = {}
-        for r, ent in enumerate(gathered):
-            for name, e in ent.items():
-                files[name] = dict(e, rank=r)
-        from hal import __version__
-        manifest = {"schema": SCHEMA, "step": snap.step, "world_size": snap.world_size,
-                    "mode": snap.mode, "created_unix": time.time(), "hal_version": __version__,
-                    "torch_version": torch.__version__,
-                    "backend": (snap.doc.get("rng") or {}).get("backend"),
-                    "device_type": (snap.doc.get("rng") or {}).get("device_type"),
-                    "files": files}
-        write_json(step_dir / MANIFEST, manifest, partial_point="manifest-partial")
-        fsync_dir(step_dir)
-        crash_point("manifest-committed")
-        atomic_write(root / LATEST, step_name(snap.step) + "\n")
-        if keep_last:
+        failures = [f for _, f in gathered if f is not None]
+        if not failures:
+            try:
+                _commit_manifest(root, step_dir, snap, [e for e, _ in gathered])
+            except OSError as exc:
+                failures = [(0, exc.errno, f"cannot commit {step_dir / MANIFEST}: {_describe(exc)}")]
+        if failures:
+            _drop(step_dir)
+            outcome = failures[0]
+        elif keep_last:
             apply_retention(root, keep_last)
-    _dist.barrier(group)
+    outcome = _dist.broadcast(outcome, group)
+    if outcome is not None:
+        rank, err, text = outcome
+        raise CheckpointWriteError(f"checkpoint of step {snap.step} not saved: {text}; the step folder "
+                                   "was removed and the older checkpoints are untouched. Free space "
+                                   f"under {root} (or lower keep_last) so that the next save succeeds",
+                                   err)
     return step_dir
+
+
+def _commit_manifest(root: Path, step_dir: Path, snap: Snapshot, gathered) -> None:
+    files = {}
+    for r, ent in enumerate(gathered):
+        for name, e in ent.items():
+            files[name] = dict(e, rank=r)
+    from hal import __version__
+    manifest = {"schema": SCHEMA, "step": snap.step, "world_size": snap.world_size,
+                "mode": snap.mode, "created_unix": time.time(), "hal_version": __version__,
+                "torch_version": torch.__version__,
+                "backend": (snap.doc.get("rng") or {}).get("backend"),
+                "device_type": (snap.doc.get("rng") or {}).get("device_type"),
+                "files": files}
+    write_json(step_dir / MANIFEST, manifest, partial_point="manifest-partial")
+    fsync_dir(step_dir)
+    crash_point("manifest-committed")
+    atomic_write(root / LATEST, step_name(snap.step) + "\n")
 
 
 def apply_retention(root: Path, keep_last: int) -> None:

@@ -103,3 +103,31 @@ def _numpy():
     except ImportError:  # pragma: no cover - numpy is a dependency
         return None
     return numpy
+
+
+def to_inline(obj: Any, path: str) -> dict:
+    """``obj`` as one JSON document with its (small) tensors inline in base64.
+
+    For per-rank state such as a data loader's position, whose tensors are a few bytes of
+    generator state: ``{"tree": <encode>, "tensors": {name: {dtype, shape, b64}}}``.
+    """
+    import base64
+
+    tensors: Dict[str, torch.Tensor] = {}
+    tree = encode(obj, tensors, path, lambda t: t.detach().to("cpu").contiguous())
+    inline = {name: {"dtype": str(t.dtype).replace("torch.", ""), "shape": list(t.shape),
+                     "b64": base64.b64encode(t.reshape(-1).view(torch.uint8).numpy().tobytes()).decode()}
+              for name, t in tensors.items()}
+    return {"tree": tree, "tensors": inline}
+
+
+def from_inline(doc: dict) -> Any:
+    """Inverse of :func:`to_inline`."""
+    import base64
+
+    tensors = {}
+    for name, e in (doc.get("tensors") or {}).items():
+        raw = bytearray(base64.b64decode(e["b64"]))
+        t = torch.frombuffer(raw, dtype=torch.uint8) if raw else torch.empty(0, dtype=torch.uint8)
+        tensors[name] = t.view(getattr(torch, e["dtype"])).reshape(e["shape"]).clone()
+    return decode(doc.get("tree"), tensors)

@@ -1,0 +1,312 @@
+"""Checkpointer: periodic, asynchronous saves and a resume that continues where the job stopped."""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import warnings
+from pathlib import Path
+from typing import Optional
+
+from hal.checkpoint import _dist, _events
+from hal.checkpoint._errors import CheckpointError, CheckpointWarning
+from hal.checkpoint._load import Checkpoint, latest, resume
+from hal.checkpoint._save import MODES, CheckpointWriteError, persist, snapshot
+from hal.checkpoint._tree import from_inline, to_inline
+
+log = logging.getLogger("hal.checkpoint")
+
+_PLAIN_LOADER = ("{name} has no state_dict(), so it cannot say where it is in its epoch; use "
+                 "torchdata.stateful_dataloader.StatefulDataLoader (a drop-in replacement for "
+                 "torch.utils.data.DataLoader, installed with hal) or pass an object with "
+                 "state_dict() / load_state_dict()")
+
+
+def check_keep(keep_last) -> None:
+    if keep_last is not None and (isinstance(keep_last, bool) or not isinstance(keep_last, int)
+                                  or keep_last < 1):
+        raise CheckpointError(f"keep_last={keep_last!r}: must be a positive int (or None to keep all)")
+
+
+def _sampler(loader):
+    """The loader's sampler that has ``set_epoch`` (DistributedSampler and the like), if any."""
+    for s in (getattr(loader, "sampler", None),
+              getattr(getattr(loader, "batch_sampler", None), "sampler", None)):
+        if s is not None and callable(getattr(s, "set_epoch", None)):
+            return s
+    return None
+
+
+def _own_generator(loader) -> None:
+    """Give a loader without a ``generator`` one of its own, seeded once from torch's RNG.
+
+    Each ``iter(loader)`` draws its workers' base seed from ``loader.generator``, or from
+    torch's global RNG when there is none; a resumed run calls ``iter()`` once more than
+    the run it continues, which would move the global RNG (dropout masks...) off the
+    uninterrupted run's stream.  With a generator of its own, whose state is saved with
+    the data position, the loader's draws leave the training RNG alone.
+    """
+    import torch
+
+    if hasattr(loader, "generator") and loader.generator is None:
+        g = torch.Generator()
+        g.manual_seed(int(torch.empty((), dtype=torch.int64).random_().item()))
+        loader.generator = g
+
+
+class Checkpointer:
+    """Saves to one folder with retention, asynchronously by default; resumes a restarted job.
+
+    ::
+
+        saver = hal.checkpoint.Checkpointer("ckpt", every=100, model=model, optimizer=opt,
+                                            scheduler=sched, scaler=scaler, dataloader=loader)
+        ck = saver.resume()                       # None on a fresh start
+        step, epoch = (ck.step, ck.epoch or 0) if ck else (0, 0)
+        with saver:
+            while step < total_steps:
+                sampler.set_epoch(epoch)
+                for batch in loader:              # after a resume: the batch that would have come
+                    ...
+                    step += 1
+                    saver.step(step)              # saves every 100 steps, in the background
+                    if step == total_steps:
+                        break
+                epoch += 1
+
+    ``save()`` copies the state to host memory (the only part the training loop waits
+    for), then writes it in a background thread; a second ``save()`` first waits for the
+    previous write.  A failure in the background is raised by the next ``save()``,
+    ``wait()`` or ``close()`` -- except a full disk (``ENOSPC``, quota, file size limit):
+    that save is dropped on every rank, logged, recorded in ``events.jsonl``, and training
+    goes on, until ``max_failed_saves`` saves in a row have failed.
+
+    The data position: ``dataloader`` must have ``state_dict()`` / ``load_state_dict()``
+    (``torchdata.stateful_dataloader.StatefulDataLoader``); each rank saves its own, with
+    its sampler's epoch, and ``resume()`` restores both.  Under torchrun, ``resume()`` logs
+    why the group restarted, one line per event (logger ``hal.checkpoint``), from the
+    records ranks leave when they fail inside ``with saver:``.
+
+    :param every: ``step(n)`` saves when ``n`` is a multiple of ``every`` (None: only explicit saves).
+    :param keep_last: keep the newest N complete checkpoints (None keeps all).
+    :param max_failed_saves: consecutive saves a full disk may drop before the error is raised.
+    """
+
+    def __init__(self, dir, *, every: Optional[int] = None, model=None, optimizer=None,
+                 scheduler=None, scaler=None, dataloader=None, keep_last: Optional[int] = 3,
+                 async_save: bool = True, mode: str = "replicated", max_failed_saves: int = 3):
+        check_keep(keep_last)
+        if mode not in MODES:
+            raise CheckpointError(f"mode={mode!r}: use one of {', '.join(MODES)}")
+        if every is not None and (isinstance(every, bool) or not isinstance(every, int) or every < 1):
+            raise CheckpointError(f"every={every!r}: must be a positive number of steps (or None)")
+        if dataloader is not None and not (callable(getattr(dataloader, "state_dict", None))
+                                           and callable(getattr(dataloader, "load_state_dict", None))):
+            raise CheckpointError("dataloader=" + _PLAIN_LOADER.format(name=type(dataloader).__name__))
+        self.dir = Path(dir)
+        self.every = every
+        self.objects = {"model": model, "optimizer": optimizer, "scheduler": scheduler, "scaler": scaler}
+        self.dataloader = dataloader
+        if dataloader is not None:
+            _own_generator(dataloader)
+        self.keep_last = keep_last
+        self.async_save = async_save
+        self.mode = mode
+        self.max_failed_saves = max_failed_saves
+        self.failed_saves = 0
+        self.last_stall_s = 0.0
+        self.last_path: Optional[Path] = None
+        self.last_step: Optional[int] = None
+        self._thread: Optional[threading.Thread] = None
+        self._error: Optional[BaseException] = None
+
+    # -- saving -------------------------------------------------------------------------
+    def _data(self, epoch: Optional[int]) -> Optional[dict]:
+        if self.dataloader is None and epoch is None:
+            return None
+        data: dict = {}
+        sampler = _sampler(self.dataloader) if self.dataloader is not None else None
+        if epoch is None and sampler is not None:
+            epoch = getattr(sampler, "epoch", None)
+        if epoch is not None:
+            data["epoch"] = int(epoch)
+        if self.dataloader is not None:
+            data["loader"] = to_inline(self.dataloader.state_dict(), "loader")
+            gen = getattr(self.dataloader, "generator", None)
+            if gen is not None and gen.device.type == "cpu":
+                data["generator"] = to_inline(gen.get_state(), "generator")
+        return data
+
+    def step(self, step: int, *, epoch: Optional[int] = None, extra: Optional[dict] = None) -> bool:
+        """Call after each optimizer step with the number of steps done; saves every ``every`` steps.
+
+        Returns True when a save started.  ``epoch`` defaults to the loader's sampler epoch.
+        """
+        self.last_step = step
+        if self.every and step % self.every == 0:
+            self.save(step, epoch=epoch, extra=extra)
+            return True
+        return False
+
+    def save(self, step: int, *, model=None, optimizer=None, scheduler=None, scaler=None,
+             extra: Optional[dict] = None, epoch: Optional[int] = None) -> None:
+        """Snapshot now, write in the background (or now, with ``async_save=False``).
+
+        Objects not given are those given to the constructor.  Collective under
+        torch.distributed: every rank calls it for the same step.
+        """
+        t0 = time.perf_counter()
+        self.wait()
+        self.last_step = step
+        given = {"model": model, "optimizer": optimizer, "scheduler": scheduler, "scaler": scaler}
+        objs = {k: given[k] if given[k] is not None else self.objects[k] for k in given}
+        group = _dist.group()
+        snap = snapshot(step, **objs, extra=extra, mode=self.mode, clone=self.async_save,
+                        data=self._data(epoch))
+        if not self.async_save:
+            try:
+                self.last_path = persist(self.dir, snap, self.keep_last, group)
+                self.failed_saves = 0
+            except CheckpointWriteError as exc:
+                if not exc.no_space:
+                    raise
+                self._dropped(exc)
+            self.last_stall_s = time.perf_counter() - t0
+            return
+        self._thread = threading.Thread(target=self._persist, args=(snap, group),
+                                        name=f"hal-checkpoint-{step}", daemon=False)
+        self._thread.start()
+        self.last_stall_s = time.perf_counter() - t0
+
+    def _persist(self, snap, group) -> None:
+        try:
+            self.last_path = persist(self.dir, snap, self.keep_last, group)
+            self.failed_saves = 0
+        except BaseException as exc:  # re-raised in the caller's thread by wait()
+            self._error = exc
+
+    def _dropped(self, exc: CheckpointWriteError) -> None:
+        """A save a full storage refused: log it and let training go on, up to the limit."""
+        self.failed_saves += 1
+        rank, _ = _dist.rank_world()
+        if rank == 0:
+            _events.record(self.dir, "save_failed", rank=rank, step=self.last_step,
+                           error={"type": type(exc).__name__, "message": str(exc), "errno": exc.errno})
+            log.error("hal.checkpoint: %s (%d of %d saves in a row failed; training continues)",
+                      exc, self.failed_saves, self.max_failed_saves)
+        if self.failed_saves >= self.max_failed_saves:
+            raise CheckpointError(f"{self.failed_saves} saves in a row failed for lack of space under "
+                                  f"{self.dir}; stopping rather than training on without checkpoints. "
+                                  f"Last error: {exc}") from exc
+
+    def wait(self) -> Optional[Path]:
+        """Block until the pending write is committed; return its folder."""
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        if self._error is not None:
+            exc, self._error = self._error, None
+            if isinstance(exc, CheckpointWriteError) and exc.no_space:
+                self._dropped(exc)
+                return self.last_path
+            raise CheckpointError(f"the background save to {self.dir} failed: {exc}") from exc
+        return self.last_path
+
+    @property
+    def pending(self) -> bool:
+        """True while a background write is running."""
+        return self._thread is not None and self._thread.is_alive()
+
+    # -- resuming -----------------------------------------------------------------------
+    def resume(self, **kwargs) -> Optional[Checkpoint]:
+        """Restore the newest complete checkpoint into the objects (and the data loader).
+
+        Keyword arguments override the constructor's objects and are passed to
+        :func:`hal.checkpoint.resume`.  Returns the :class:`Checkpoint` (``step``, ``epoch``)
+        or None when there is none.  Collective under torch.distributed.
+        """
+        self.wait()
+        args = {**self.objects, **kwargs}
+        ck = resume(self.dir, **args)
+        if ck is not None and self.dataloader is not None:
+            self._restore_data(ck)
+        self._log_restart(ck)
+        if ck is not None:
+            self.last_step = ck.step
+        return ck
+
+    def _restore_data(self, ck: Checkpoint) -> None:
+        _, world = _dist.rank_world()
+        saved_world = int(ck.manifest.get("world_size", 1))
+        if ck.data is None or "loader" not in ck.data:
+            warnings.warn(CheckpointWarning(
+                f"{ck.path} holds no data position for this rank (saved without dataloader=); the "
+                "loader starts its epoch from the beginning, so batches already seen come again"),
+                stacklevel=3)
+            return
+        if saved_world != world:
+            warnings.warn(CheckpointWarning(
+                f"{ck.path} was saved by {saved_world} rank(s) and is resumed by {world}: each rank's "
+                "data position belongs to the old split of the data, so it is not restored; the "
+                f"epoch ({ck.epoch}) starts from the beginning"), stacklevel=3)
+            sampler = _sampler(self.dataloader)
+            if sampler is not None and ck.epoch is not None:
+                sampler.set_epoch(ck.epoch)
+            return
+        sampler = _sampler(self.dataloader)
+        if sampler is not None and ck.epoch is not None:
+            sampler.set_epoch(ck.epoch)
+        gen = getattr(self.dataloader, "generator", None)
+        if gen is not None and "generator" in ck.data:
+            gen.set_state(from_inline(ck.data["generator"]))
+        try:
+            self.dataloader.load_state_dict(from_inline(ck.data["loader"]))
+        except (KeyError, ValueError, TypeError, RuntimeError) as exc:
+            raise CheckpointError(f"{ck.path}: the saved data position does not fit this "
+                                  f"{type(self.dataloader).__name__} ({exc}); build the loader as it "
+                                  "was built when saving (batch size, sampler, num_workers)") from None
+
+    def _log_restart(self, ck: Optional[Checkpoint]) -> None:
+        rank, world = _dist.rank_world()
+        if rank != 0:
+            return
+        tail = _events.since_last_start(_events.read(self.dir))
+        if ck is None and not tail:
+            _events.record(self.dir, "start", rank=0, step=0, world_size=world)
+            return
+        step = ck.step if ck is not None else 0
+        where = str(ck.path) if ck is not None else "scratch (no complete checkpoint)"
+        lines = _events.restart_lines(tail, world, step, where)
+        head = f"hal.checkpoint: restart {_events.attempt()} of this group" if _events.attempt() else \
+            "hal.checkpoint: relaunch"
+        for line in lines:
+            log.warning("%s: %s", head, line)
+        _events.record(self.dir, "resume", rank=0, step=step, world_size=world,
+                       path=str(ck.path) if ck else None, lines=lines)
+
+    # -- lifetime -----------------------------------------------------------------------
+    def latest(self) -> Optional[Path]:
+        """:func:`latest` of this folder."""
+        return latest(self.dir)
+
+    def close(self) -> None:
+        """Wait for the pending write."""
+        self.wait()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        rank, _ = _dist.rank_world()
+        if exc is not None:
+            _events.record(self.dir, "failure", rank=rank, step=self.last_step,
+                           error={"type": exc_type.__name__, "message": str(exc).strip()[:2000]})
+            try:
+                self.close()
+            except BaseException as inner:  # the original exception is the one to see
+                log.error("hal.checkpoint: the pending save also failed: %s", inner)
+            return False
+        self.close()
+        if rank == 0:
+            _events.record(self.dir, "closed", rank=0, step=self.last_step)
+        return False

@@ -1,0 +1,118 @@
+"""Why a job restarted: failure and resume events kept beside the checkpoints.
+
+``<dir>/events.jsonl`` holds one JSON record per event (schema ``hal.checkpoint.event/1``):
+
+* ``failure`` -- a rank left the training loop with an exception (the collective that
+  timed out waiting for a hung rank, the error a dead peer caused, the script's own);
+* ``save_failed`` -- a save could not be written (disk full...) and training went on;
+* ``resume`` -- a (re)started group resumed from a checkpoint;
+* ``closed`` -- the loop ended normally.
+
+A rank killed by a signal (SIGKILL, the OOM killer, a stopped rank that its launcher
+killed) cannot write anything: at resume, the ranks of the failed attempt that left no
+``failure`` record are named as "no report".  Lines are appended with ``O_APPEND`` and
+fsynced, one ``write`` each, so ranks writing at once never interleave within a line.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import time
+from pathlib import Path
+from typing import List, Optional
+
+log = logging.getLogger("hal.checkpoint")
+
+SCHEMA = "hal.checkpoint.event/1"
+EVENTS = "events.jsonl"
+
+
+def attempt() -> int:
+    """How many times torchrun's agent restarted this group (0 on the first start)."""
+    try:
+        return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    except ValueError:
+        return 0
+
+
+def record(root, event: str, *, rank: int, step: Optional[int], **fields) -> dict:
+    """Append one event to ``<root>/events.jsonl``; never raises (a full disk must not hide the fault)."""
+    rec = {"schema": SCHEMA, "event": event, "time_unix": time.time(), "host": socket.gethostname(),
+           "pid": os.getpid(), "rank": rank, "attempt": attempt(),
+           "run_id": os.environ.get("TORCHELASTIC_RUN_ID"), "step": step, **fields}
+    path = Path(root) / EVENTS
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+        try:
+            os.write(fd, (json.dumps(rec, default=str) + "\n").encode())
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        log.warning("hal.checkpoint: could not record the %s event in %s (%s)", event, path, exc.strerror)
+    return rec
+
+
+def read(root) -> List[dict]:
+    """Every event under ``root``, oldest first; unreadable lines are skipped."""
+    path = Path(root) / EVENTS
+    out = []
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError:
+        return out
+    for line in text.splitlines():
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(rec, dict) and rec.get("schema") == SCHEMA:
+            out.append(rec)
+    return out
+
+
+def since_last_start(events: List[dict]) -> List[dict]:
+    """The events after the last ``resume`` / ``closed`` / fresh start: what ended the previous attempt."""
+    tail: List[dict] = []
+    for rec in events:
+        if rec.get("event") in ("resume", "closed", "start"):
+            tail = []
+        else:
+            tail.append(rec)
+    return tail
+
+
+def _short(error: Optional[dict]) -> str:
+    if not error:
+        return ""
+    msg = " ".join(str(error.get("message", "")).split())
+    if len(msg) > 160:
+        msg = msg[:157] + "..."
+    return f"{error.get('type', 'Error')}: {msg}" if msg else str(error.get("type", "Error"))
+
+
+def restart_lines(tail: List[dict], world_size: int, resumed_step: Optional[int],
+                  resumed_from: Optional[str]) -> List[str]:
+    """One line per failure of the attempt that ended, one per silent rank, one for the resume."""
+    lines = []
+    failures = [r for r in tail if r.get("event") == "failure"]
+    last = max((r["step"] for r in tail if isinstance(r.get("step"), int)), default=None)
+    for r in failures:
+        lines.append(f"rank {r.get('rank')} failed at step {r.get('step')} on {r.get('host')} "
+                     f"(attempt {r.get('attempt')}): {_short(r.get('error'))}")
+    if failures:
+        reported = {r.get("rank") for r in failures}
+        for rank in range(world_size):
+            if rank not in reported:
+                lines.append(f"rank {rank} sent no report (last step seen: {last}): it was ended by a "
+                             "signal (SIGKILL, the OOM killer, or its launcher killing a hung rank)")
+    elif resumed_step is not None:
+        lines.append("the previous run left no failure report: it was killed as a whole (a signal to "
+                     "the job, a lost node) or stopped without closing its Checkpointer")
+    if resumed_step is not None:
+        lost = f", {last - resumed_step} step(s) to redo" if last is not None and last >= resumed_step else ""
+        lines.append(f"resumed at step {resumed_step} from {resumed_from}{lost}")
+    return lines
