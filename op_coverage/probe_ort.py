@@ -12,6 +12,9 @@ and an ``InferenceSession`` is created for the installed execution providers:
 
 Control-flow ops (If/Loop/Scan) and calls of model-local functions are not probed alone:
 their bodies are, and the op itself is judged by ``ort-cpu``'s kernel table.
+
+Answers are kept per onnxruntime build (:mod:`op_coverage.probe_cache`): a scan whose probes are
+all known does not import onnxruntime.
 """
 from __future__ import annotations
 
@@ -19,34 +22,53 @@ import onnx
 from onnx import helper
 
 from .inventory import NodeInfo
+from .probe_cache import ProbeCache, probe_key
 from .profile import SupportProfile, Verdict
 
 _SKIP_PROVIDERS = {"AzureExecutionProvider"}
 _CONTROL_FLOW = {"If", "Loop", "Scan", "SequenceMap"}
 
 
-def installed_providers() -> list[str]:
+def installed_providers(cache: ProbeCache | None = None) -> list[str]:
+    """The execution providers of the installed onnxruntime (from *cache* when it knows them)."""
+    return runtime_info(cache).get("providers", [])
+
+
+def runtime_info(cache: ProbeCache | None = None) -> dict:
+    """``{"version", "providers"}`` of the installed onnxruntime; ``{}`` when it is not installed.
+
+    From *cache* when it holds them (no import), else from onnxruntime itself (and stored in *cache*).
+    """
+    if cache is not None and cache.runtime:
+        return cache.runtime
     try:
         import onnxruntime as ort
     except ImportError:
-        return []
-    return [p for p in ort.get_available_providers() if p not in _SKIP_PROVIDERS]
+        return {}
+    info = {"version": ort.__version__,
+            "providers": [p for p in ort.get_available_providers() if p not in _SKIP_PROVIDERS]}
+    if cache is not None:
+        cache.set_runtime(info)
+    return info
 
 
 class OrtLiveProfile(SupportProfile):
     """A profile whose answers come from onnxruntime on this machine, not from a table."""
 
-    def __init__(self, providers: list[str] | None = None, static_fallback: SupportProfile | None = None):
-        import onnxruntime as ort
-        providers = providers or installed_providers()
+    def __init__(self, providers: list[str] | None = None, static_fallback: SupportProfile | None = None,
+                 cache: ProbeCache | None = None):
+        self.disk = cache if cache is not None else ProbeCache()
+        info = runtime_info(self.disk)
+        version = info.get("version", "?")
+        providers = providers or info.get("providers", [])
         self.providers = providers
         preferred = next((p for p in providers if p != "CPUExecutionProvider"), "CPUExecutionProvider")
         self.preferred = preferred
         self.static_fallback = static_fallback
         super().__init__(
             name="ort-live", aliases=["live", "local"], kind="live-probe",
-            title=f"onnxruntime {ort.__version__} on this machine ({', '.join(providers)})",
-            source={"onnxruntime": ort.__version__, "providers": providers, "preferred": preferred,
+            title=f"onnxruntime {version} on this machine ({', '.join(providers)})",
+            source={"onnxruntime": version, "providers": providers, "preferred": preferred,
                     "mechanism": "one-node InferenceSession per distinct op signature; "
                                  "session.disable_cpu_ep_fallback decides native vs host-fallback"},
             notes=f"native = {preferred} takes the node; host-fallback = only the CPU EP does; "
@@ -68,6 +90,19 @@ class OrtLiveProfile(SupportProfile):
         if model is None:
             return self._static(node, "input types unknown")
         data = model.SerializeToString()
+        key = probe_key(data, self.providers)
+        hit = self.disk.verdicts.get(key)
+        if hit is not None:
+            return Verdict(**hit)
+        v = self._session_verdict(data)
+        self.disk.put(key, v.to_dict())
+        return v
+
+    def flush(self) -> None:
+        """Keep what this scan probed for the next one (see :mod:`op_coverage.probe_cache`)."""
+        self.disk.save()
+
+    def _session_verdict(self, data: bytes) -> Verdict:
         prov = f"onnxruntime session on {self.preferred}"
         if self.preferred != "CPUExecutionProvider":
             ok, _ = _try_session(data, self.providers, disable_cpu_fallback=True)

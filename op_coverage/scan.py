@@ -76,6 +76,8 @@ def scan_model(loaded: LoadedModel, profiles: list[SupportProfile]) -> ModelRepo
         if hasattr(p, "prepare"):
             p.prepare(loaded.model, inv.nodes)
         per_target[p.name] = _judge_all(inv, p)
+        if hasattr(p, "flush"):
+            p.flush()
 
     rows: dict[tuple, OpRow] = {}
     groups: dict[tuple, list[int]] = {}

@@ -110,10 +110,12 @@ class TargetSet:
 
 
 def _live(ts: TargetSet) -> SupportProfile:
+    from .probe_cache import ProbeCache
     from .probe_ort import OrtLiveProfile, installed_providers
-    if not installed_providers():
+    cache = ProbeCache()
+    if not installed_providers(cache):
         raise UnknownTarget("target 'ort-live': onnxruntime is not installed here; install it or pick a table target")
-    return OrtLiveProfile(static_fallback=ts.profiles.get("ort-cpu"))
+    return OrtLiveProfile(static_fallback=ts.profiles.get("ort-cpu"), cache=cache)
 
 
 def load_targets(profile_files: list[str] | None = None, use_plugins: bool = True) -> TargetSet:

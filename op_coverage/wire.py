@@ -200,6 +200,11 @@ def _strip(buf, start: int, end: int, kind: str, stats: Stats, depth: int = 1) -
             body_end = body + length
             if body_end > end:
                 raise WireError(f"field {field} runs past the end of its message", truncated=True)
+            if length <= KEEP_PAYLOAD_BYTES and depth + 1 + length // 2 <= MAX_MESSAGE_DEPTH:
+                # nothing inside can be elided (a payload is smaller than the message holding it) and
+                # the message cannot nest too deep (each level takes a tag and a length): copied as is
+                pos = body_end
+                continue
             out.append(bytes(buf[copy_from:field_start]))
             inner = _strip(buf, body, body_end, child, stats, depth + 1)
             out.append(bytes(buf[field_start:pos]))

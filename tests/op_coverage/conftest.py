@@ -16,3 +16,9 @@ def run_cli():
         return subprocess.run([sys.executable, "-m", "op_coverage", *map(str, args)], capture_output=True,
                               text=True, env=env, cwd=cwd, timeout=300)
     return run
+
+
+@pytest.fixture(autouse=True)
+def _no_probe_cache(monkeypatch):
+    """Tests probe onnxruntime afresh; test_probe_cache.py turns the cache on in a temp folder."""
+    monkeypatch.setenv("HAL_PROBE_CACHE", "0")
