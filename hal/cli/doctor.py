@@ -17,8 +17,9 @@ examples:
 
 checks: backends (found and why), devices (count, model), versions (driver / runtime / torch /
 vendor extension against hal/data/compat.json), data (--data paths readable), tiny_network
-(forward+backward on the device vs the CPU), all_reduce_2/4/8 (local ranks where the machine
-has the cores or devices; stragglers slower than 2x the median), transport (RDMA or TCP, with
+(forward+backward on the device vs the CPU), all_reduce_2/4/8 (local ranks; on the CPU also
+with fewer cores than ranks, oversubscribed: values judged, timings not; stragglers slower than
+2x the median), transport (RDMA or TCP, with
 the evidence).  Each check runs in its own process and is killed at its time limit, so a hung
 driver call cannot hang the doctor.
 
