@@ -8,7 +8,8 @@ from hal.cli._term import paint, print_json, table, use_color
 EPILOG = """\
 examples:
   hal metrics summary runs/exp1/run.jsonl
-  hal metrics summary runs/exp1/run.rank*.jsonl        every rank: drops and stragglers
+  hal metrics summary runs/exp1/run.rank*.jsonl        every rank: drops, stragglers, and the
+                                                       stragglers named live during the run
   hal metrics summary run.jsonl --threshold 0.5 --window 50
   hal metrics summary run.jsonl --json                 schema hal.metrics.summary/1
 
@@ -48,7 +49,7 @@ def run(args) -> int:
     from hal.metrics import summarize
     rep = summarize(args.files, threshold=args.threshold, window=args.window,
                     straggler_ratio=args.straggler_ratio)
-    found = any(r["drops"] for r in rep["runs"]) or bool(rep["stragglers"])
+    found = any(r["drops"] for r in rep["runs"]) or bool(rep["stragglers"]) or bool(rep["live_stragglers"])
     if args.json:
         print_json(rep)
         return 1 if found else 0
@@ -74,4 +75,10 @@ def run(args) -> int:
     for s in rep["stragglers"]:
         print(paint(f"straggler: rank {s['rank']} ({s['file']}) median step {_fmt(s['median_step_time_s'], 's')}, "
                     f"{s['vs_fastest']:.2f}x the fastest rank", "red", color))
+    for s in rep["live_stragglers"]:
+        until = (f"to step {s['last_step']} (recovered at step {s['recovered_at_step']})"
+                 if s["recovered_at_step"] is not None else "onwards (no recovery recorded)")
+        print(paint(f"live straggler: rank {s['rank']} from step {s['first_step']} {until}, named at step "
+                    f"{s['named_at_step']}: step time {_fmt(s['step_time_s'], 's')} = {s['ratio']:.1f}x the "
+                    f"median of the other ranks", "red", color))
     return 1 if found else 0

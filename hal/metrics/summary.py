@@ -4,7 +4,8 @@ A step is *slow* when its throughput (samples/s, else tokens/s, else 1/step time
 below ``threshold`` times the median of the previous ``window`` normal steps; runs of
 consecutive slow steps are reported as one drop.  With several files (one per rank), a
 rank whose median step time exceeds the fastest rank's by more than ``straggler_ratio``
-is reported as a straggler.
+is reported as a straggler.  Stragglers named live during the run (the ``events`` of rank
+0's records, see ``MetricsLogger(straggler_factor=...)``) are listed with their steps.
 """
 from __future__ import annotations
 
@@ -92,6 +93,29 @@ def find_drops(records, metric: str, threshold: float = 0.7, window: int = 20,
     return drops
 
 
+def live_stragglers(path, records) -> List[dict]:
+    """Stragglers named during the run, from the ``events`` of ``records``: one entry per episode."""
+    out: List[dict] = []
+    open_: dict = {}
+    for rec in records:
+        for ev in rec.get("events") or ():
+            kind, rank = ev.get("type"), ev.get("rank")
+            if kind == "straggler":
+                entry = {"file": str(path), "rank": rank, "first_step": ev["first_step"],
+                         "last_step": ev["last_step"], "steps": ev["steps"], "step_time_s": ev["step_time_s"],
+                         "others_median_s": ev["others_median_s"], "ratio": ev["ratio"],
+                         "factor": ev.get("factor"), "named_at_step": rec["step"],
+                         "named_time_unix": rec.get("time_unix"), "recovered_at_step": None}
+                open_[rank] = entry
+                out.append(entry)
+            elif kind == "straggler_recovered" and rank in open_:
+                entry = open_.pop(rank)
+                entry.update(last_step=ev["last_step"], steps=ev["steps"], step_time_s=ev["step_time_s"],
+                             others_median_s=ev["others_median_s"], ratio=ev["ratio"],
+                             recovered_at_step=rec["step"])
+    return out
+
+
 def summarize(paths: Sequence, threshold: float = 0.7, window: int = 20,
               straggler_ratio: float = 1.2) -> dict:
     """Summary of one or more metrics files (``hal metrics summary --json`` prints it)."""
@@ -99,9 +123,10 @@ def summarize(paths: Sequence, threshold: float = 0.7, window: int = 20,
         raise HalError(f"threshold={threshold}: must be between 0 and 1 (0.7 = flag steps below 70% of normal)")
     if window < 1:
         raise HalError(f"window={window}: must be at least 1 step")
-    runs = []
+    runs, live = [], []
     for p in paths:
         records, notes = read_jsonl(p)
+        live += live_stragglers(p, records)
         metric = _metric(records)
         values = [v for v in (_value(r, metric) for r in records) if v is not None]
         times = [r["step_time_s"] for r in records if r.get("step_time_s")]
@@ -125,4 +150,4 @@ def summarize(paths: Sequence, threshold: float = 0.7, window: int = 20,
                 stragglers.append({"file": r["file"], "rank": r["rank"], "median_step_time_s": m,
                                    "vs_fastest": m / fastest})
     return {"schema": SUMMARY_SCHEMA, "threshold": threshold, "window": window, "runs": runs,
-            "stragglers": stragglers}
+            "stragglers": stragglers, "live_stragglers": live}

@@ -1,0 +1,62 @@
+"""Rank 0's straggler verdicts from per-rank step times (the judging alone, no processes)."""
+import pytest
+
+import hal.metrics as metrics
+from hal import HalError
+from hal.metrics._straggler import StragglerJudge, _median_without, describe
+
+
+def _feed(judge, per_rank, first=1):
+    for r, times in enumerate(per_rank):
+        judge.add(r, range(first, first + len(times)), times)
+    return judge.judge()
+
+
+def test_median_of_the_other_ranks():
+    xs = [1.0, 2.0, 3.0, 10.0]
+    assert [_median_without(xs, i) for i in range(4)] == [3.0, 3.0, 2.0, 2.0]
+    assert _median_without([1.0, 5.0], 1) == 1.0
+
+
+def test_a_rank_is_named_after_k_consecutive_slow_steps_and_recovers():
+    j = StragglerJudge(world=4, factor=1.5, steps=3)
+    fast = [0.1] * 10
+    slow = [0.1, 0.3, 0.3, 0.1, 0.3, 0.3, 0.3, 0.3, 0.1, 0.1]  # steps 5-8 slow, 2-3 too short a run
+    events = _feed(j, [fast, fast, slow, fast])
+    assert [(e["type"], e["rank"], e["first_step"], e["last_step"], e["steps"]) for e in events] == [
+        ("straggler", 2, 5, 7, 3), ("straggler_recovered", 2, 5, 8, 4)]
+    assert events[0]["ratio"] == pytest.approx(3.0)
+    assert describe(events[0]) == ("rank 2 is a straggler: step time 0.3 s = 3.0x the median of the "
+                                   "other ranks for 3 steps (steps 5-7)")
+
+
+def test_steps_not_reported_by_every_rank_wait_and_missing_ones_are_skipped():
+    j = StragglerJudge(world=2, factor=1.5, steps=2)
+    j.add(0, [1, 2, 3, 4], [0.1] * 4)
+    j.add(1, [1, 2], [0.5, 0.5])
+    assert [e["last_step"] for e in j.judge()] == [2]
+    assert j.judged == 2  # steps 3-4 wait for rank 1
+    j.add(1, [4, 5], [0.1, 0.1])  # rank 1 never logged step 3
+    assert [e["type"] for e in j.judge()] == ["straggler_recovered"]
+    assert j.judged == 4 and 3 not in j.times[0]
+
+
+def test_balanced_ranks_name_nobody():
+    j = StragglerJudge(world=3, factor=1.5, steps=2)
+    assert _feed(j, [[0.1, 0.12, 0.11] * 5, [0.11, 0.1, 0.12] * 5, [0.12, 0.11, 0.1] * 5]) == []
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"straggler_factor": 1.0}, r"straggler_factor=1.0: must be above 1"),
+    ({"straggler_steps": 0}, r"straggler_steps=0: must be at least 1 step"),
+    ({"straggler_every": 0}, r"straggler_every=0: must be at least 1 step"),
+])
+def test_bad_straggler_settings_are_refused(tmp_path, kwargs, match):
+    with pytest.raises(HalError, match=match):
+        metrics.MetricsLogger(tmp_path, **kwargs)
+
+
+def test_a_single_process_never_communicates(tmp_path):
+    with metrics.MetricsLogger(tmp_path, straggler_every=1) as log:
+        assert log.stragglers is None
+        assert "events" not in log.log_step(1, step_time_s=0.1)
