@@ -79,6 +79,7 @@ def find_drops(records, metric: str, threshold: float = 0.7, window: int = 20,
                 cur = {"start_step": rec["step"], "end_step": rec["step"], "steps": 0,
                        "min_value": v, "baseline": base, "start_time_unix": rec.get("time_unix")}
             cur["end_step"] = rec["step"]
+            cur["end_time_unix"] = rec.get("time_unix")
             cur["steps"] += 1
             cur["min_value"] = min(cur["min_value"], v)
             continue
@@ -117,12 +118,27 @@ def live_stragglers(path, records) -> List[dict]:
 
 
 def summarize(paths: Sequence, threshold: float = 0.7, window: int = 20,
-              straggler_ratio: float = 1.2) -> dict:
-    """Summary of one or more metrics files (``hal metrics summary --json`` prints it)."""
+              straggler_ratio: float = 1.2, health: Sequence = (), health_margin: float = 300.0) -> dict:
+    """Summary of one or more metrics files (``hal metrics summary --json`` prints it).
+
+    :param health: patrol files (``hal doctor --every S --out FILE``): each drop gets the
+        rounds that overlap its time window widened by ``health_margin`` seconds, and the
+        summary gets a ``health`` section with the rounds that were not OK.
+    """
     if not 0 < threshold < 1:
         raise HalError(f"threshold={threshold}: must be between 0 and 1 (0.7 = flag steps below 70% of normal)")
     if window < 1:
         raise HalError(f"window={window}: must be at least 1 step")
+    if health_margin < 0:
+        raise HalError(f"health_margin={health_margin}: must be 0 or more seconds")
+    from hal.doctor.patrol import brief, near, read_health
+
+    rounds, health_notes = [], []
+    for h in health:
+        recs, notes = read_health(h)
+        rounds += recs
+        health_notes += notes
+    rounds.sort(key=lambda r: r["time_unix"])
     runs, live = [], []
     for p in paths:
         records, notes = read_jsonl(p)
@@ -141,6 +157,9 @@ def summarize(paths: Sequence, threshold: float = 0.7, window: int = 20,
             "mem_peak_bytes": max(peaks) if peaks else None,
             "mem_source": records[-1].get("mem_source"),
             "drops": find_drops(records, metric, threshold, window), "notes": notes})
+        if health:
+            for d in runs[-1]["drops"]:
+                d["health"] = near(rounds, d["start_time_unix"], d.get("end_time_unix"), health_margin)
     stragglers = []
     medians = [(r, r["step_time_median_s"]) for r in runs if r["step_time_median_s"]]
     if len(medians) > 1:
@@ -149,5 +168,10 @@ def summarize(paths: Sequence, threshold: float = 0.7, window: int = 20,
             if fastest and m > straggler_ratio * fastest:
                 stragglers.append({"file": r["file"], "rank": r["rank"], "median_step_time_s": m,
                                    "vs_fastest": m / fastest})
-    return {"schema": SUMMARY_SCHEMA, "threshold": threshold, "window": window, "runs": runs,
-            "stragglers": stragglers, "live_stragglers": live}
+    rep = {"schema": SUMMARY_SCHEMA, "threshold": threshold, "window": window, "runs": runs,
+           "stragglers": stragglers, "live_stragglers": live}
+    if health:
+        rep["health"] = {"files": [str(h) for h in health], "margin_s": health_margin, "rounds": len(rounds),
+                         "not_ok": [brief(r) for r in rounds if r["status"] != "OK"],
+                         "notes": health_notes}
+    return rep
