@@ -45,10 +45,12 @@ class StragglerJudge:
     :param factor: a rank is slow in a step when its time is at least ``factor`` x the
         median of the other ranks' times in that step.
     :param steps: consecutive slow steps before the rank is named.
+    :param keep: steps kept per rank while waiting for the others (the oldest go first, so a
+        rank that never reports costs rank 0 bounded memory).
     """
 
-    def __init__(self, world: int, factor: float, steps: int):
-        self.world, self.factor, self.steps = world, factor, steps
+    def __init__(self, world: int, factor: float, steps: int, keep: int = 4096):
+        self.world, self.factor, self.steps, self.keep = world, factor, steps, keep
         self.times: Dict[int, Dict[int, Optional[float]]] = {r: {} for r in range(world)}
         self.latest: Dict[int, int] = {}
         self.judged: Optional[int] = None
@@ -62,6 +64,9 @@ class StragglerJudge:
             if self.judged is None or s > self.judged:
                 own[s] = None if t is None else float(t)
             self.latest[rank] = max(self.latest.get(rank, s), s)
+        if len(own) > self.keep:
+            for s in sorted(own)[:len(own) - self.keep]:
+                del own[s]
 
     def judge(self) -> List[dict]:
         """Judge every step all ranks have reported since the last call; return the events."""

@@ -41,6 +41,14 @@ def test_steps_not_reported_by_every_rank_wait_and_missing_ones_are_skipped():
     assert j.judged == 4 and 3 not in j.times[0]
 
 
+def test_a_rank_that_never_reports_costs_bounded_memory():
+    j = StragglerJudge(world=2, factor=1.5, steps=2, keep=50)
+    for start in range(0, 1000, 10):
+        j.add(0, range(start, start + 10), [0.1] * 10)
+        assert j.judge() == []
+    assert sorted(j.times[0]) == list(range(950, 1000))
+
+
 def test_balanced_ranks_name_nobody():
     j = StragglerJudge(world=3, factor=1.5, steps=2)
     assert _feed(j, [[0.1, 0.12, 0.11] * 5, [0.11, 0.1, 0.12] * 5, [0.12, 0.11, 0.1] * 5]) == []
