@@ -68,3 +68,51 @@ def test_a_single_process_never_communicates(tmp_path):
     with metrics.MetricsLogger(tmp_path, straggler_every=1) as log:
         assert log.stragglers is None
         assert "events" not in log.log_step(1, step_time_s=0.1)
+
+
+class _Store:
+    """The part of torch.distributed.Store the watch uses, in memory."""
+
+    def __init__(self, fail=False):
+        self.data, self.fail = {}, fail
+
+    def set(self, key, value):
+        if self.fail:
+            raise RuntimeError("connection reset by peer")
+        self.data[key] = value.encode()
+
+    def check(self, keys):
+        return all(k in self.data for k in keys)
+
+    def multi_get(self, keys):
+        return [self.data[k] for k in keys]
+
+
+def test_two_ranks_through_the_store_name_the_slow_one(caplog):
+    from hal.metrics import _straggler
+    from hal.metrics._straggler import StragglerWatch
+
+    store = _Store()
+    r0 = StragglerWatch("t2", 0, 2, 1.5, 3, every=4, store=store)
+    _straggler._instances.pop("t2")  # as if rank 1 were its own process
+    r1 = StragglerWatch("t2", 1, 2, 1.5, 3, every=4, store=store)
+    events = []
+    with caplog.at_level("WARNING", logger="hal.metrics"):
+        for step in range(1, 13):
+            r1.add(step, 0.3)  # rank 1 posts before rank 0 reads
+            events += r0.add(step, 0.1)
+    assert [(e["type"], e["rank"], e["first_step"], e["last_step"]) for e in events] == [("straggler", 1, 1, 3)]
+    assert caplog.messages == ["rank 1 is a straggler: step time 0.3 s = 3.0x the median of the other ranks "
+                               "for 3 steps (steps 1-3)"]
+
+
+def test_an_unreachable_store_turns_detection_off_with_one_warning(caplog):
+    from hal.metrics._straggler import StragglerWatch
+
+    w = StragglerWatch("t3", 1, 2, 1.5, 3, every=2, store=_Store(fail=True))
+    with caplog.at_level("WARNING", logger="hal.metrics"):
+        for step in range(1, 10):
+            assert w.add(step, 0.1) == []
+    assert len(caplog.messages) == 1
+    assert caplog.messages[0].startswith("straggler detection is off for run t3 on rank 1: posting this rank's "
+                                         "step times failed (RuntimeError: connection reset by peer)")
