@@ -8,13 +8,18 @@ from hal.cli._term import paint, print_json, table, use_color
 EPILOG = """\
 examples:
   hal metrics summary runs/exp1/run.jsonl
-  hal metrics summary runs/exp1/run.rank*.jsonl        every rank: drops and stragglers
+  hal metrics summary runs/exp1/run.rank*.jsonl        every rank: drops, stragglers, and the
+                                                       stragglers named live during the run
   hal metrics summary run.jsonl --threshold 0.5 --window 50
   hal metrics summary run.jsonl --json                 schema hal.metrics.summary/1
+  hal metrics summary run.jsonl --health health.jsonl  each drop next to the health patrol
+                                                       rounds (hal doctor --every) near it
 
 A step is slow when its throughput (samples/s, else tokens/s, else steps/s) is below
 THRESHOLD x the median of the previous WINDOW normal steps; consecutive slow steps are
-one drop.  Exit status: 0 no drop, 1 drops or stragglers found, 3 unreadable input.
+one drop.  With --health, each drop lists the patrol rounds that overlap its time window
+widened by --health-margin seconds.  Exit status: 0 nothing found, 1 drops, stragglers or
+health rounds not OK found, 3 unreadable input.
 """
 
 
@@ -31,6 +36,11 @@ def add_parser(sub):
     s.add_argument("--window", type=int, default=20, help="trailing steps in the median (default 20)")
     s.add_argument("--straggler-ratio", type=float, default=1.2,
                    help="a rank slower than this x the fastest rank's median is a straggler (default 1.2)")
+    s.add_argument("--health", action="append", default=[], metavar="HEALTH.jsonl",
+                   help="health patrol records (hal doctor --every S --out FILE) to place next to "
+                        "the drops (repeatable)")
+    s.add_argument("--health-margin", type=float, default=300.0, metavar="SECONDS",
+                   help="a round is near a drop when it overlaps the drop's time +- this (default 300)")
     s.add_argument("--json", action="store_true", help="print JSON (schema hal.metrics.summary/1)")
     s.set_defaults(run=run)
     p.set_defaults(run=lambda args: (p.print_help(), 2)[1])
@@ -44,11 +54,38 @@ def _fmt(v, unit=""):
     return f"{v:,.1f}"
 
 
+def _when(t) -> str:
+    import time
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
+
+
+def _round(x, color) -> str:
+    st = x["status"]
+    off = "" if x["offset_s"] is None else f" ({x['offset_s']:+.0f} s)"
+    why = "; ".join(f"{c['name']} {c['status']}: {c['summary']}" for c in x["not_ok"])
+    return (f"{_when(x['time_unix'])}{off} {x['host']} round {x['round']} "
+            + paint(st, {"OK": "green", "WARN": "yellow"}.get(st, "red"), color) + (f": {why}" if why else ""))
+
+
+def _print_health(d, margin, color) -> None:
+    head = f"    steps {d['start_step']}..{d['end_step']}"
+    if d.get("start_time_unix") is None:
+        print(f"{head}: no time_unix in the records; cannot place health rounds")
+    elif not d["health"]:
+        print(f"{head} ({_when(d['start_time_unix'])}): no health round within {margin:g} s")
+    else:
+        print(f"{head} ({_when(d['start_time_unix'])}), health rounds within {margin:g} s:")
+        for x in d["health"]:
+            print(f"      {_round(x, color)}")
+
+
 def run(args) -> int:
     from hal.metrics import summarize
     rep = summarize(args.files, threshold=args.threshold, window=args.window,
-                    straggler_ratio=args.straggler_ratio)
-    found = any(r["drops"] for r in rep["runs"]) or bool(rep["stragglers"])
+                    straggler_ratio=args.straggler_ratio, health=args.health,
+                    health_margin=args.health_margin)
+    found = (any(r["drops"] for r in rep["runs"]) or bool(rep["stragglers"]) or bool(rep["live_stragglers"])
+             or bool(rep.get("health", {}).get("not_ok")))
     if args.json:
         print_json(rep)
         return 1 if found else 0
@@ -71,7 +108,24 @@ def run(args) -> int:
         rows = [[f"{d['start_step']}..{d['end_step']}", d["steps"], _fmt(d["min_value"]),
                  _fmt(d["baseline"]), f"{d['ratio']:.2f}"] for d in r["drops"]]
         print("    " + table(rows, ["STEPS", "LEN", f"MIN {unit}", "BASELINE", "RATIO"]).replace("\n", "\n    "))
+        if "health" in rep:
+            for d in r["drops"]:
+                _print_health(d, rep["health"]["margin_s"], color)
+    if "health" in rep:
+        h = rep["health"]
+        for n in h["notes"]:
+            print(paint(f"note: {n}", "dim", color))
+        print(paint(f"health: {h['rounds']} patrol round(s), {len(h['not_ok'])} not OK", "yellow" if h["not_ok"]
+                    else "green", color))
+        for x in h["not_ok"]:
+            print(f"  {_round(x, color)}")
     for s in rep["stragglers"]:
         print(paint(f"straggler: rank {s['rank']} ({s['file']}) median step {_fmt(s['median_step_time_s'], 's')}, "
                     f"{s['vs_fastest']:.2f}x the fastest rank", "red", color))
+    for s in rep["live_stragglers"]:
+        until = (f"to step {s['last_step']} (recovered at step {s['recovered_at_step']})"
+                 if s["recovered_at_step"] is not None else "onwards (no recovery recorded)")
+        print(paint(f"live straggler: rank {s['rank']} from step {s['first_step']} {until}, named at step "
+                    f"{s['named_at_step']}: step time {_fmt(s['step_time_s'], 's')} = {s['ratio']:.1f}x the "
+                    f"median of the other ranks", "red", color))
     return 1 if found else 0

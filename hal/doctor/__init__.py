@@ -7,10 +7,12 @@
 
 Checks (in order): ``backends``, ``devices``, ``versions``, ``data``, ``tiny_network``,
 ``all_reduce_2``, ``all_reduce_4``, ``all_reduce_8``, ``transport``.  Exit codes of the
-command: 0 OK, 1 WARN, 2 FAIL.
+command: 0 OK, 1 WARN, 2 FAIL.  :mod:`hal.doctor.patrol` repeats the quick checks beside a
+running job (``hal doctor --every 300 --out health.jsonl``).
 """
 from __future__ import annotations
 
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Dict, Iterable, List, Optional, Union
@@ -24,7 +26,8 @@ _RANK = {"SKIP": 0, "OK": 0, "WARN": 1, "FAIL": 2}
 
 def run(checks: Optional[Iterable[str]] = None, data: Iterable[str] = (),
         timeout: Union[None, float, Dict[str, float]] = None,
-        jobs: int = 2, on_result: Optional[Callable[[str, dict], None]] = None) -> dict:
+        jobs: int = 2, on_result: Optional[Callable[[str, dict], None]] = None,
+        stop: Optional[threading.Event] = None) -> dict:
     """Run the checklist; the library call behind ``hal doctor``.
 
     :param checks: names to run (default: all, in :data:`ORDER`).
@@ -33,6 +36,8 @@ def run(checks: Optional[Iterable[str]] = None, data: Iterable[str] = (),
         (default: each check's own, 30-120 s).
     :param jobs: checks run side by side (the all-reduce checks always run alone, after the rest).
     :param on_result: called with ``(name, result)`` as each check finishes (progress output).
+    :param stop: when set, running checks are killed and the rest are not started; they are
+        reported as SKIP with ``details.interrupted`` (see :func:`hal.doctor.patrol.patrol`).
     :return: report with schema ``hal.doctor/1``: overall ``status`` and ``exit_code``, ``checks``.
     """
     from hal.doctor.checks import CHECKS
@@ -41,7 +46,7 @@ def run(checks: Optional[Iterable[str]] = None, data: Iterable[str] = (),
     unknown = [n for n in names + list(timeout if isinstance(timeout, dict) else ()) if n not in CHECKS]
     if unknown:
         raise ValueError(f"unknown check(s) {', '.join(unknown)}; choose from {', '.join(ORDER)}")
-    from hal.doctor.runner import run_check
+    from hal.doctor.runner import INTERRUPTED, run_check
 
     def one(name: str) -> dict:
         if isinstance(timeout, dict):
@@ -53,7 +58,10 @@ def run(checks: Optional[Iterable[str]] = None, data: Iterable[str] = (),
             kwargs["paths"] = list(data)
         if name.startswith("all_reduce_"):
             kwargs["timeout"] = limit
-        res = run_check(name, kwargs, limit)
+        if stop is not None and stop.is_set():
+            res = {"status": "SKIP", "summary": INTERRUPTED, "details": {"interrupted": True}, "seconds": 0.0}
+        else:
+            res = run_check(name, kwargs, limit, stop)
         res["name"] = name
         res["time_limit_s"] = limit
         if on_result:

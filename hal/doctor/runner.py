@@ -13,8 +13,10 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
+from typing import Optional
 
 ENV_HANG = "HAL_DOCTOR_TEST_HANG"
 ENV_ABORT = "HAL_DOCTOR_TEST_ABORT"
@@ -24,8 +26,34 @@ def _named(env_var: str, name: str) -> bool:
     return name in {n.strip() for n in os.environ.get(env_var, "").split(",") if n.strip()}
 
 
-def run_check(name: str, kwargs: dict, timeout: float) -> dict:
-    """Run check ``name`` in a subprocess; always returns within ``timeout`` (+ a second or two)."""
+INTERRUPTED = "interrupted before it finished"
+
+
+def _wait(p: subprocess.Popen, timeout: float, stop: Optional[threading.Event]) -> str:
+    """``"done"``, ``"hung"`` (past ``timeout``) or ``"stopped"`` (``stop`` was set)."""
+    if stop is None:
+        try:
+            p.wait(timeout=timeout)
+            return "done"
+        except subprocess.TimeoutExpired:
+            return "hung"
+    deadline = time.monotonic() + timeout
+    while p.poll() is None:
+        if stop.is_set():
+            return "stopped"
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return "hung"
+        stop.wait(min(0.1, left))
+    return "done"
+
+
+def run_check(name: str, kwargs: dict, timeout: float, stop: Optional[threading.Event] = None) -> dict:
+    """Run check ``name`` in a subprocess; always returns within ``timeout`` (+ a second or two).
+
+    :param stop: when set while the check runs, the check is killed and reported as SKIP
+        with ``details.interrupted`` (the caller is shutting down).
+    """
     start = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="hal-doctor-") as tmp:
         out = Path(tmp, "result.json")
@@ -33,13 +61,11 @@ def run_check(name: str, kwargs: dict, timeout: float) -> dict:
         with open(err_path, "wb") as err:
             p = subprocess.Popen([sys.executable, "-m", "hal.doctor.runner", name, str(out), json.dumps(kwargs)],
                                  stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
+            how = "hung"
             try:
-                p.wait(timeout=timeout)
-                hung = False
-            except subprocess.TimeoutExpired:
-                hung = True
+                how = _wait(p, timeout, stop)
             finally:
-                if p.poll() is None or hung:
+                if p.poll() is None or how != "done":
                     try:
                         os.killpg(p.pid, signal.SIGKILL)  # the check and every rank it started
                     except ProcessLookupError:
@@ -47,7 +73,9 @@ def run_check(name: str, kwargs: dict, timeout: float) -> dict:
                     p.wait()
         took = time.monotonic() - start
         tail = err_path.read_bytes()[-1500:].decode(errors="replace").strip()
-        if hung:
+        if how == "stopped":
+            return {"status": "SKIP", "summary": INTERRUPTED, "details": {"interrupted": True}, "seconds": took}
+        if how == "hung":
             return {"status": "FAIL", "summary": f"did not finish within {timeout:g} s and was killed "
                                                  f"(a hung driver, device or network call)",
                     "details": {"stderr_tail": tail}, "seconds": took}

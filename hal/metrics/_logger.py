@@ -11,6 +11,7 @@ from typing import Optional
 from hal._errors import HalError
 from hal.metrics._device import DeviceProbe
 from hal.metrics._sinks import JSONLSink, PrometheusSink, TensorBoardSink
+from hal.metrics._straggler import StragglerWatch
 from hal.metrics._timer import StepTimer
 
 SCHEMA = "hal.metrics/1"
@@ -45,13 +46,32 @@ class MetricsLogger:
     :param sync: wait for the device before reading the clock (exact device step times,
         at the cost of a synchronisation per step).
     :param window: number of recent steps the p50 / p99 step times cover.
+    :param straggler_factor: / straggler_steps: with several ranks, a rank whose step time
+        is at least ``straggler_factor`` x the median of the other ranks' for
+        ``straggler_steps`` consecutive steps is named while training runs: one warning
+        through the logger ``hal.metrics`` on rank 0 and an ``events`` entry in rank 0's
+        JSONL.  ``None`` for either turns this off.  Create the logger on every rank after
+        ``torch.distributed`` is initialised and log the same step numbers on every rank.
+    :param straggler_every: ranks post their recent step times to the torch.distributed
+        store, and rank 0 judges them, every this many steps (a store write per rank;
+        nothing waits for another rank).  Single-process runs never communicate.
     """
 
     def __init__(self, folder, run: str = "run", *, window: int = 100, sync: bool = False,
                  prometheus: bool = False, tensorboard: bool = False,
-                 prometheus_interval_s: float = 10.0, backend=None):
+                 prometheus_interval_s: float = 10.0, backend=None,
+                 straggler_factor: Optional[float] = 1.5, straggler_steps: Optional[int] = 5,
+                 straggler_every: int = 10):
         if not _RUN_RE.match(run):
             raise HalError(f"run={run!r}: use letters, digits, '.', '_' and '-' only (it becomes a file name)")
+        if straggler_factor is not None and not straggler_factor > 1:
+            raise HalError(f"straggler_factor={straggler_factor}: must be above 1 (1.5 = 50% slower than the "
+                           "other ranks' median); None turns straggler detection off")
+        if straggler_steps is not None and straggler_steps < 1:
+            raise HalError(f"straggler_steps={straggler_steps}: must be at least 1 step; None turns straggler "
+                           "detection off")
+        if straggler_every < 1:
+            raise HalError(f"straggler_every={straggler_every}: must be at least 1 step")
         self.folder = Path(folder)
         self.run = run
         self.rank, world = _rank_world()
@@ -76,6 +96,10 @@ class MetricsLogger:
             self.sinks.append(PrometheusSink(self.folder / f"{name}.prom", prometheus_interval_s))
         self.sinks.insert(0, JSONLSink(self.path))
         self.last: Optional[dict] = None
+        self.stragglers: Optional[StragglerWatch] = None
+        if world > 1 and straggler_factor is not None and straggler_steps is not None:
+            self.stragglers = StragglerWatch(run, self.rank, world, float(straggler_factor),
+                                             int(straggler_steps), int(straggler_every))
 
     def start(self) -> None:
         """Start the clock for the first step (otherwise the first ``log_step`` starts it)."""
@@ -88,6 +112,9 @@ class MetricsLogger:
         :param samples: / tokens: work done in this step, for samples/s and tokens/s.
         :param step_time_s: the step's seconds if you timed it yourself (else the lap time).
         :param scalars: numbers of your own (``loss=``, ``lr=``, ``grad_norm=``...).
+
+        On rank 0 the record carries ``events`` when a rank was named a straggler (or
+        recovered) at this step; see ``straggler_factor``.
         """
         lap = self.timer.lap()
         if step_time_s is not None:
@@ -115,6 +142,10 @@ class MetricsLogger:
                "samples_per_s": rate(samples), "tokens_per_s": rate(tokens),
                "mem_current_bytes": cur, "mem_peak_bytes": peak, "mem_source": source,
                "utilization_pct": self.probe.utilization(), "scalars": clean}
+        if self.stragglers is not None:
+            events = self.stragglers.add(step, lap)
+            if events:
+                rec["events"] = events
         for s in self.sinks:
             s.write(rec)
         self.last = rec
@@ -122,6 +153,8 @@ class MetricsLogger:
 
     def close(self) -> None:
         """Flush every sink (the JSONL file is fsynced)."""
+        if self.stragglers is not None:
+            self.stragglers.close()
         for s in self.sinks:
             s.close()
 

@@ -4,7 +4,8 @@ A step is *slow* when its throughput (samples/s, else tokens/s, else 1/step time
 below ``threshold`` times the median of the previous ``window`` normal steps; runs of
 consecutive slow steps are reported as one drop.  With several files (one per rank), a
 rank whose median step time exceeds the fastest rank's by more than ``straggler_ratio``
-is reported as a straggler.
+is reported as a straggler.  Stragglers named live during the run (the ``events`` of rank
+0's records, see ``MetricsLogger(straggler_factor=...)``) are listed with their steps.
 """
 from __future__ import annotations
 
@@ -78,6 +79,7 @@ def find_drops(records, metric: str, threshold: float = 0.7, window: int = 20,
                 cur = {"start_step": rec["step"], "end_step": rec["step"], "steps": 0,
                        "min_value": v, "baseline": base, "start_time_unix": rec.get("time_unix")}
             cur["end_step"] = rec["step"]
+            cur["end_time_unix"] = rec.get("time_unix")
             cur["steps"] += 1
             cur["min_value"] = min(cur["min_value"], v)
             continue
@@ -92,16 +94,55 @@ def find_drops(records, metric: str, threshold: float = 0.7, window: int = 20,
     return drops
 
 
+def live_stragglers(path, records) -> List[dict]:
+    """Stragglers named during the run, from the ``events`` of ``records``: one entry per episode."""
+    out: List[dict] = []
+    open_: dict = {}
+    for rec in records:
+        for ev in rec.get("events") or ():
+            kind, rank = ev.get("type"), ev.get("rank")
+            if kind == "straggler":
+                entry = {"file": str(path), "rank": rank, "first_step": ev["first_step"],
+                         "last_step": ev["last_step"], "steps": ev["steps"], "step_time_s": ev["step_time_s"],
+                         "others_median_s": ev["others_median_s"], "ratio": ev["ratio"],
+                         "factor": ev.get("factor"), "named_at_step": rec["step"],
+                         "named_time_unix": rec.get("time_unix"), "recovered_at_step": None}
+                open_[rank] = entry
+                out.append(entry)
+            elif kind == "straggler_recovered" and rank in open_:
+                entry = open_.pop(rank)
+                entry.update(last_step=ev["last_step"], steps=ev["steps"], step_time_s=ev["step_time_s"],
+                             others_median_s=ev["others_median_s"], ratio=ev["ratio"],
+                             recovered_at_step=rec["step"])
+    return out
+
+
 def summarize(paths: Sequence, threshold: float = 0.7, window: int = 20,
-              straggler_ratio: float = 1.2) -> dict:
-    """Summary of one or more metrics files (``hal metrics summary --json`` prints it)."""
+              straggler_ratio: float = 1.2, health: Sequence = (), health_margin: float = 300.0) -> dict:
+    """Summary of one or more metrics files (``hal metrics summary --json`` prints it).
+
+    :param health: patrol files (``hal doctor --every S --out FILE``): each drop gets the
+        rounds that overlap its time window widened by ``health_margin`` seconds, and the
+        summary gets a ``health`` section with the rounds that were not OK.
+    """
     if not 0 < threshold < 1:
         raise HalError(f"threshold={threshold}: must be between 0 and 1 (0.7 = flag steps below 70% of normal)")
     if window < 1:
         raise HalError(f"window={window}: must be at least 1 step")
-    runs = []
+    if health_margin < 0:
+        raise HalError(f"health_margin={health_margin}: must be 0 or more seconds")
+    from hal.doctor.patrol import brief, near, read_health
+
+    rounds, health_notes = [], []
+    for h in health:
+        recs, notes = read_health(h)
+        rounds += recs
+        health_notes += notes
+    rounds.sort(key=lambda r: r["time_unix"])
+    runs, live = [], []
     for p in paths:
         records, notes = read_jsonl(p)
+        live += live_stragglers(p, records)
         metric = _metric(records)
         values = [v for v in (_value(r, metric) for r in records) if v is not None]
         times = [r["step_time_s"] for r in records if r.get("step_time_s")]
@@ -116,6 +157,9 @@ def summarize(paths: Sequence, threshold: float = 0.7, window: int = 20,
             "mem_peak_bytes": max(peaks) if peaks else None,
             "mem_source": records[-1].get("mem_source"),
             "drops": find_drops(records, metric, threshold, window), "notes": notes})
+        if health:
+            for d in runs[-1]["drops"]:
+                d["health"] = near(rounds, d["start_time_unix"], d.get("end_time_unix"), health_margin)
     stragglers = []
     medians = [(r, r["step_time_median_s"]) for r in runs if r["step_time_median_s"]]
     if len(medians) > 1:
@@ -124,5 +168,10 @@ def summarize(paths: Sequence, threshold: float = 0.7, window: int = 20,
             if fastest and m > straggler_ratio * fastest:
                 stragglers.append({"file": r["file"], "rank": r["rank"], "median_step_time_s": m,
                                    "vs_fastest": m / fastest})
-    return {"schema": SUMMARY_SCHEMA, "threshold": threshold, "window": window, "runs": runs,
-            "stragglers": stragglers}
+    rep = {"schema": SUMMARY_SCHEMA, "threshold": threshold, "window": window, "runs": runs,
+           "stragglers": stragglers, "live_stragglers": live}
+    if health:
+        rep["health"] = {"files": [str(h) for h in health], "margin_s": health_margin, "rounds": len(rounds),
+                         "not_ok": [brief(r) for r in rounds if r["status"] != "OK"],
+                         "notes": health_notes}
+    return rep

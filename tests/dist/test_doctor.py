@@ -78,3 +78,18 @@ def test_a_slow_rank_is_found_as_a_straggler():
     rows = [o.result for o in res.ranks]
     assert all(r["correct"] for r in rows)
     assert find_stragglers([r["compute_s"] for r in rows]) == [2]
+
+
+def test_more_ranks_than_cores_run_oversubscribed_and_name_no_straggler():
+    cores = len(os.sched_getaffinity(0))
+    if cores >= 4:
+        pytest.skip(f"this machine has {cores} cores: 4 ranks are not oversubscribed here")
+    start = time.monotonic()
+    out = _doctor("--check", "all_reduce_4", "--json", env={"HAL_BACKEND": "cpu", "HAL_DOCTOR_TEST_SLOW_RANK": "1"})
+    rep = json.loads(out.stdout)
+    check = rep["checks"][0]
+    assert out.returncode == 0 and check["status"] == "OK", check
+    assert check["details"]["oversubscribed"] is True and check["details"]["stragglers"] == []
+    assert all(r["correct"] for r in check["details"]["ranks"])
+    assert f"4 ranks share {cores} CPU cores (oversubscribed), so timings are not meaningful" in check["summary"]
+    assert time.monotonic() - start < check["time_limit_s"]
