@@ -16,6 +16,7 @@ that never failed.  Details: docs/fault-tolerance.md.
 import argparse
 import datetime
 import os
+import time
 import warnings
 from pathlib import Path
 
@@ -55,6 +56,7 @@ def parse(argv=None):
     p.add_argument("--out", default="runs/ddp", help="checkpoints in OUT/ckpt, metrics in OUT/metrics")
     p.add_argument("--steps", type=int, default=60, help="optimizer steps in all (default 60)")
     p.add_argument("--save-every", type=int, default=5, help="checkpoint interval in steps (default 5)")
+    p.add_argument("--hidden", type=int, default=256, help="hidden width of the MLP (default 256)")
     p.add_argument("--samples", type=int, default=320, help="dataset size (default 320: 20 steps/epoch at 2 ranks)")
     p.add_argument("--batch-size", type=int, default=8, help="per rank")
     p.add_argument("--workers", type=int, default=2, help="DataLoader worker processes per rank")
@@ -65,6 +67,9 @@ def parse(argv=None):
     p.add_argument("--raise-at", default="", metavar="RANK:STEP[:ATTEMPT]",
                    help="fault injection for tests: raise on RANK after STEP on that restart attempt "
                         "(default attempt 0); repeatable with commas")
+    p.add_argument("--hang-at", default="", metavar="RANK:STEP[:ATTEMPT]",
+                   help="fault injection for tests: RANK stops making progress after STEP (sleeps "
+                        "forever, as a rank stuck in a dataloader or a driver call does)")
     return p.parse_args(argv)
 
 
@@ -84,7 +89,8 @@ def main(argv=None) -> int:
     (out / "pids" / f"rank{rank}").write_text(f"{os.getpid()} {attempt}\n")
 
     torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(FEATURES, 64), nn.ReLU(), nn.Dropout(0.1), nn.Linear(64, CLASSES)).to(device)
+    model = nn.Sequential(nn.Linear(FEATURES, args.hidden), nn.ReLU(), nn.Dropout(0.1),
+                          nn.Linear(args.hidden, CLASSES)).to(device)
     ddp = DDP(model, device_ids=[local_rank] if use_cuda else None)
     opt = torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.9)
     sched = torch.optim.lr_scheduler.StepLR(opt, step_size=15, gamma=0.5)
@@ -99,7 +105,8 @@ def main(argv=None) -> int:
                                         scheduler=sched, scaler=scaler, dataloader=loader, keep_last=3)
     ck = saver.resume()
     step, epoch = (ck.step, ck.epoch or 0) if ck else (0, 0)
-    faults = [tuple(int(v) for v in f.split(":")) for f in args.raise_at.split(",") if f]
+    faults = [("raise", *(int(v) for v in f.split(":"))) for f in args.raise_at.split(",") if f]
+    faults += [("hang", *(int(v) for v in f.split(":"))) for f in args.hang_at.split(",") if f]
     metrics = hal.metrics.MetricsLogger(out / "metrics", run="train")
     with saver, metrics:
         while step < args.steps:
@@ -117,11 +124,14 @@ def main(argv=None) -> int:
                 metrics.log_step(step, samples=len(x), loss=loss.item(), lr=sched.get_last_lr()[0],
                                  epoch=epoch, attempt=attempt)
                 saver.step(step)
-                for f_rank, f_step, *f_attempt in faults:
-                    if (f_rank, f_step, (f_attempt or [0])[0]) == (rank, step, attempt):
+                for kind, f_rank, f_step, *f_attempt in faults:
+                    if (f_rank, f_step, (f_attempt or [0])[0]) != (rank, step, attempt):
+                        continue
+                    if kind == "raise":
                         raise RuntimeError(f"injected fault: rank {rank} raises after step {step}")
+                    while True:  # hang: the other ranks wait in their next collective
+                        time.sleep(1)
                 if args.throttle:
-                    import time
                     time.sleep(args.throttle)
                 if step == args.steps:
                     break

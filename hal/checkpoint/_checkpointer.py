@@ -276,7 +276,7 @@ class Checkpointer:
             return
         step = ck.step if ck is not None else 0
         where = str(ck.path) if ck is not None else "scratch (no complete checkpoint)"
-        lines = _events.restart_lines(tail, world, step, where)
+        lines = _events.restart_lines(tail, world, step, where, restarted=_events.attempt() > 0)
         head = f"hal.checkpoint: restart {_events.attempt()} of this group" if _events.attempt() else \
             "hal.checkpoint: relaunch"
         for line in lines:

@@ -95,7 +95,7 @@ def _short(error: Optional[dict]) -> str:
 
 
 def restart_lines(tail: List[dict], world_size: int, resumed_step: Optional[int],
-                  resumed_from: Optional[str]) -> List[str]:
+                  resumed_from: Optional[str], restarted: bool = False) -> List[str]:
     """One line per failure of the attempt that ended, one per silent rank, one for the resume."""
     lines = []
     failures = [r for r in tail if r.get("event") == "failure"]
@@ -109,6 +109,10 @@ def restart_lines(tail: List[dict], world_size: int, resumed_step: Optional[int]
             if rank not in reported:
                 lines.append(f"rank {rank} sent no report (last step seen: {last}): it was ended by a "
                              "signal (SIGKILL, the OOM killer, or its launcher killing a hung rank)")
+    elif resumed_step is not None and restarted:
+        lines.append("no rank reported a failure: a rank was ended by a signal (SIGKILL, the OOM killer) "
+                     "and torchrun stopped the others; torchrun's log names it ('failed (exitcode: -9) "
+                     "local_rank: N')")
     elif resumed_step is not None:
         lines.append("the previous run left no failure report: it was killed as a whole (a signal to "
                      "the job, a lost node) or stopped without closing its Checkpointer")

@@ -7,8 +7,8 @@ executes no code).
 
 ``HAL_CHECKPOINT_CRASH_AT=<point>`` makes the saving process kill itself with SIGKILL at
 a named point of the commit (see :data:`CRASH_POINTS`); ``HAL_CHECKPOINT_PAUSE_AT=<point>=<file>``
-makes it stop there (its pid written to ``<file>``) so a test can kill the whole job in the
-middle of a save.  Both exist to test crash safety and are never set in normal use.
+makes it stop there once ``<file>.arm`` exists (its pid written to ``<file>``) so a test can
+kill the whole job in the middle of a save.  Both exist to test crash safety and are never set in normal use.
 """
 from __future__ import annotations
 
@@ -34,8 +34,9 @@ CRASH_POINTS = (
     "retention",           # while deleting checkpoints beyond keep_last
 )
 CRASH_ENV = "HAL_CHECKPOINT_CRASH_AT"
-#: ``<point>=<file>``: at ``<point>`` write this process's pid to ``<file>`` and stop there
-#: (sleep), so that a test can kill the whole job while a save is half-written
+#: ``<point>=<file>``: once ``<file>.arm`` exists, the next save to reach ``<point>`` writes
+#: its pid to ``<file>`` and stops there (sleeps), so that a test can kill the whole job
+#: while a save is half-written
 PAUSE_ENV = "HAL_CHECKPOINT_PAUSE_AT"
 
 _DTYPES = {
@@ -56,7 +57,7 @@ def crash_point(name: str) -> None:
     if os.environ.get(CRASH_ENV) == name:
         os.kill(os.getpid(), signal.SIGKILL)
     point, _, marker = os.environ.get(PAUSE_ENV, "").partition("=")
-    if point == name and marker:
+    if point == name and marker and os.path.exists(marker + ".arm") and not os.path.exists(marker):
         with open(marker, "w") as f:
             f.write(f"{os.getpid()}\n")
         while True:

@@ -20,6 +20,9 @@ examples:
   HAL_BACKEND=emu hal run train.py             on the emulated accelerator
   HAL_BACKEND=cpu hal run train.py             on the CPU (torch.cuda.is_available() -> True)
   hal run --nproc-per-node 2 train_ddp.py      DDP at 2 ranks through torchrun
+  hal run --nproc-per-node 2 --max-restarts 3 train_ddp.py
+                                               torchrun restarts the group when a rank dies,
+                                               hangs past its timeout or raises
   hal run --report run.json train.py           write the run report (schema hal.run/2)
   hal run --json train.py                      print the run report as JSON at the end
   HAL_RUN_QUIET=1 hal run train.py             no redirection lines (as --quiet)
@@ -47,6 +50,9 @@ def add_parser(sub):
     p.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to the script")
     p.add_argument("--nproc-per-node", type=int, default=0, metavar="N",
                    help="launch N processes with torchrun (--standalone)")
+    p.add_argument("--max-restarts", type=int, default=0, metavar="N",
+                   help="with --nproc-per-node: torchrun restarts the whole group up to N times when a "
+                        "rank fails (resume with hal.checkpoint.Checkpointer; docs/fault-tolerance.md)")
     p.add_argument("--report", metavar="PATH", help="write the run report as JSON (rank 0 only)")
     p.add_argument("--json", action="store_true", help="print the run report as JSON after the script")
     p.add_argument("--quiet", action="store_true",
@@ -57,7 +63,10 @@ def add_parser(sub):
 
 def _launch(args) -> int:
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-           f"--nproc-per-node={args.nproc_per_node}", "-m", "hal.transfer"]
+           f"--nproc-per-node={args.nproc_per_node}"]
+    if args.max_restarts:
+        cmd += [f"--max-restarts={args.max_restarts}", "--monitor-interval=0.5"]
+    cmd += ["-m", "hal.transfer"]
     if args.report:
         cmd += ["--report", args.report]
     if args.quiet:
@@ -92,6 +101,10 @@ def _summary(report: dict) -> str:
 
 
 def run(args) -> int:
+    if args.max_restarts and not args.nproc_per_node:
+        print("hal run: error: --max-restarts restarts a torchrun group: give --nproc-per-node too "
+              "(--nproc-per-node 1 for a single process)", file=sys.stderr)
+        return 2
     if args.nproc_per_node:
         return _launch(args)
     log = logging.getLogger("hal.transfer")

@@ -99,6 +99,8 @@ def _install_data_parallel(t: Transfer) -> None:
 def install(t: Transfer) -> None:
     """Redirect collectives, DDP and DataParallel for ``t``."""
     if torch.distributed.is_available():
+        from hal.dist import elastic
+        elastic.install()  # torchrun restarts (hal run --max-restarts) need a fresh key space per attempt
         _install_process_groups(t)
         _install_ddp(t)
     _install_data_parallel(t)
