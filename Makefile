@@ -1,5 +1,5 @@
 PY ?= python3
-.PHONY: setup demo test bench gpu-check corpus-cuda-torch zoo
+.PHONY: setup demo test bench gpu-check corpus-cuda-torch zoo chaos
 setup:
 	bash scripts/setup.sh
 # the main job on the embedded defaults
@@ -21,3 +21,7 @@ corpus-cuda-torch:
 # $$HAL_ZOO_CACHE (default ~/.cache/hal/op_coverage-zoo)
 zoo:
 	$(PY) -m pytest -q -s -m zoo tests/op_coverage/test_zoo.py
+# the whole fault matrix of a 2-rank job under torchrun --max-restarts (CPU and emulator,
+# several seeds; about 10 minutes): docs/fault-tolerance.md
+chaos:
+	$(PY) scripts/chaos.py --seeds 2 --json chaos.json

@@ -40,7 +40,7 @@ class Job:
     events: List[dict] = field(default_factory=list)   # what the test did, when
 
     def note(self, what: str, **kw) -> None:
-        self.events.append({"what": what, "t": time.monotonic() - self.started, **kw})
+        self.events.append({"what": what, "t": time.monotonic() - self.started, "unix": time.time(), **kw})
 
     def wait(self, timeout: float = 240) -> int:
         try:
@@ -221,10 +221,13 @@ def curve(out: Path, rank: int = 0) -> Dict[int, tuple]:
 def segments(out: Path, rank: int = 0) -> List[List[int]]:
     """The steps of each attempt, in the order they were logged."""
     segs: List[List[int]] = []
+    attempt = None
     for rec in records(out, rank):
-        if not segs or rec["step"] <= segs[-1][-1]:
+        a = rec["scalars"].get("attempt")
+        if not segs or rec["step"] <= segs[-1][-1] or a != attempt:
             segs.append([])
         segs[-1].append(rec["step"])
+        attempt = a
     return segs
 
 
@@ -261,6 +264,27 @@ def check(job: Job, ref: Path, every: int = EVERY, restarts: int = 1) -> dict:
     resumed = [l for l in text.splitlines() if "hal.checkpoint:" in l and "resumed at step" in l]
     assert len(resumed) >= restarts, f"{restarts} restart(s) but {len(resumed)} 'resumed at step' line(s):\n{text[-3000:]}"
     return {"lost_steps": lost, "restart_lines": [l for l in text.splitlines() if "hal.checkpoint: re" in l]}
+
+
+def recovery_seconds(out: Path, fault_unix: Optional[float] = None) -> List[float]:
+    """Seconds from each fault to the first step trained after the resume.
+
+    The fault time is ``fault_unix`` when the harness sent it (signals), else the time the
+    last step before the restart was logged (faults raised inside the job)."""
+    recs = records(out)
+    out_s, attempt, prev = [], None, None
+    for rec in recs:
+        a = rec["scalars"].get("attempt")
+        if prev is not None and (rec["step"] <= prev["step"] or a != attempt):
+            start = fault_unix if fault_unix is not None and not out_s else prev["time_unix"]
+            out_s.append(rec["time_unix"] - start)
+        prev, attempt = rec, a
+    return out_s
+
+
+def cold_start_seconds(out: Path, launched_unix: float) -> float:
+    """Seconds from launching the job to its first step (the baseline of a restart)."""
+    return records(out)[0]["time_unix"] - launched_unix
 
 
 def random_step(rng: random.Random, lo: int = EVERY + 2, hi: int = STEPS - EVERY - 2) -> int:
