@@ -239,8 +239,8 @@ def _quantize(report, loaded, profile, src, out, calibration, exclude, inputs, s
         choice = choose(report.mode, onnx.load(str(base), load_external_data=False), profile, before, trial)
         report.choice = choice.to_dict()
         if choice.format is None:
-            lacking = "; ".join(f"{op}: {why}" for op, why in choice.kept_float.items()) or \
-                "; ".join(t["outcome"] for t in choice.tried)
+            last = {t["format"]: t["outcome"] for t in choice.tried}
+            lacking = "; ".join(f"{k}: {v[:200]}" for k, v in last.items())
             raise NothingQuantized(f"{src.name}: no INT8 form {profile.name} runs natively ({lacking}); the model "
                                    f"stays float, nothing written; try another --mode, or a profile with the "
                                    f"quantized ops (--profile)")
