@@ -78,7 +78,7 @@ def bert_like(d: int = 256, heads: int = 4, classes: int = 8, seed: int = 0) -> 
                         b.op("Add", [b.op("Erf", [b.op("Mul", [f, b.const("rsqrt2", np.array(1 / np.sqrt(2), np.float32))])]),
                                      b.const("one", np.array(1.0, np.float32))])])
     h2 = b.op("LayerNormalization", [b.op("Add", [h, b.linear(gelu, 4 * d, d, "ff2")]), *ln[2]], axis=-1)
-    pooled = b.op("ReduceMean", [h2, b.const("axes1", np.array([1], np.int64))], keepdims=0)
+    b.op("ReduceMean", [h2, b.const("axes1", np.array([1], np.int64))], keepdims=0)
     b.nodes[-1].output[0] = "pooled"
     logits = b.linear("pooled", d, classes, "cls")
     b.nodes.append(helper.make_node("Identity", [logits], ["logits"], name="out"))
