@@ -73,10 +73,11 @@ def build_parser() -> argparse.ArgumentParser:
                "  trace     record the aten ops a PyTorch training script sends to the device\n"
                "  targets   list target profiles and where their facts come from\n"
                "  rewrite   replace ops a target lacks with verified compositions\n"
+               "  quantize  INT8 the target can run, with the size, latency and accuracy it costs\n"
                "  conformance  check the decompositions against ONNX's backend node tests\n\n" + SCAN_EXAMPLES + "\n"
                + EXIT_CODES + "\n" + STATIC_EXIT_CODES)
     p.add_argument("--version", action="version", version=f"op_coverage {__version__}")
-    sub = p.add_subparsers(dest="command", metavar="{scan,trace,targets,rewrite,conformance}")
+    sub = p.add_subparsers(dest="command", metavar="{scan,trace,targets,rewrite,quantize,conformance}")
 
     s = sub.add_parser("scan", formatter_class=fmt, help="coverage report for a model or folder",
                        description="Inventory every node (subgraphs and functions included) and judge it "
@@ -124,9 +125,10 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--profile", action="append", default=[], metavar="FILE",
                    help="extra profile JSON (ONNX: profile.schema.json; torch: torch_profile.schema.json)")
     t.add_argument("--no-plugins", action="store_true", help="ignore profiles from hal backend plugins")
-    from . import cli_rewrite, conformance
+    from . import cli_quantize, cli_rewrite, conformance
     cli_torch.add_trace_parser(sub)
     cli_rewrite.add_parser(sub)
+    cli_quantize.add_parser(sub)
     conformance.add_parser(sub)
     return p
 
@@ -268,6 +270,9 @@ def main(argv: list[str] | None = None) -> int:
         if a.command in ("rewrite", "conformance"):
             from . import cli_rewrite, conformance
             return cli_rewrite.run(a) if a.command == "rewrite" else conformance.main_run(a)
+        if a.command == "quantize":
+            from . import cli_quantize
+            return cli_quantize.run(a)
         if a.command == "trace":
             from .cli_torch import cmd_trace
             return cmd_trace(a)

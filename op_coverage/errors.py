@@ -98,3 +98,25 @@ class VerifyFailed(ScanError):
 
     exit_code = 5
     kind = "verify-failed"
+
+
+# -- op_coverage quantize -------------------------------------------------------------------
+class QuantizeGateFailed(ScanError):
+    """The quantized model is further from the float one than --max-error / --min-cosine allow; nothing written."""
+
+    exit_code = 5
+    kind = "gate-failed"
+
+
+class QuantizeCheckFailed(ScanError):
+    """The quantized model fails onnx.checker, or onnxruntime cannot run it or the float model; nothing written."""
+
+    exit_code = 6
+    kind = "check-failed"
+
+
+class NothingQuantized(ScanError):
+    """The target runs no INT8 form of any op of the model (or none is left after --exclude); nothing written."""
+
+    exit_code = 7
+    kind = "nothing-quantized"
