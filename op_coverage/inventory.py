@@ -56,6 +56,7 @@ class NodeInfo:
         return (self.domain, self.op_type)
 
     typed_inputs: list[bool] | None = None  # which inputs a schema type parameter constrains
+    type_params: list[str | None] | None = None  # that parameter's name per input ("T1", "T2"; None: fixed)
     attributes: list | None = None  # the node's AttributeProtos (a function body may depend on them)
     opsets: dict | None = None  # domain -> version in the node's scope (a function body needs ai.onnx's)
 
@@ -101,17 +102,23 @@ def _schema(op_type: str, domain: str, opset: int | None):
         return None
 
 
-def _typed_inputs(schema, n_inputs: int) -> list[bool] | None:
+def _type_params(schema, n_inputs: int) -> list[str | None] | None:
+    """Per input, the schema type parameter that governs it (None for a fixed type)."""
     if schema is None or not schema.inputs:
         return None
     # a constraint that admits one type only (Where's ``B: tensor(bool)``) is as fixed as a concrete type
     params = {c.type_param_str for c in schema.type_constraints if len(c.allowed_type_strs) > 1}
     formal = list(schema.inputs)
-    mask = []
+    out = []
     for i in range(n_inputs):
         f = formal[min(i, len(formal) - 1)]
-        mask.append(f.type_str in params)
-    return mask
+        out.append(f.type_str if f.type_str in params else None)
+    return out
+
+
+def _typed_inputs(schema, n_inputs: int) -> list[bool] | None:
+    params = _type_params(schema, n_inputs)
+    return None if params is None else [p is not None for p in params]
 
 
 def _value_types(g: onnx.GraphProto) -> dict[str, tuple[str | None, list | None]]:
@@ -176,7 +183,8 @@ def build_inventory(loaded: LoadedModel) -> Inventory:
                 input_shapes=[types.get(x, (None, None))[1] if x else None for x in n.input],
                 inputs=list(n.input), outputs=list(n.output), weight_bytes=wbytes, generated_name=generated,
                 function=f"{fn.domain}.{fn.name}" if fn is not None else None,
-                typed_inputs=_typed_inputs(schema, len(n.input)), attributes=list(n.attribute), opsets=opsets)
+                typed_inputs=_typed_inputs(schema, len(n.input)),
+                type_params=_type_params(schema, len(n.input)), attributes=list(n.attribute), opsets=opsets)
             inv.nodes.append(info)
             if fn is not None:
                 inv.functions.setdefault(info.function, []).append(f"{path}/{name}")

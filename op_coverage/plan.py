@@ -20,7 +20,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from .expand import body_rule, has_body
-from .inventory import NodeInfo, _schema, _typed_inputs, dtype_name, norm_domain
+from .inventory import NodeInfo, _schema, _type_params, _typed_inputs, dtype_name, norm_domain
 from .profile import SupportProfile
 from .rules import Builder, Decline, Rule, rules_for
 from .rules._base import dtype_enum
@@ -96,7 +96,8 @@ def node_info(node: onnx.NodeProto, env: Env, path: str = "main") -> NodeInfo:
                     input_dtypes=[env.types.get(x) if x else None for x in node.input],
                     input_shapes=[env.shapes.get(x) if x else None for x in node.input],
                     inputs=list(node.input), outputs=list(node.output),
-                    typed_inputs=_typed_inputs(schema, len(node.input)), attributes=list(node.attribute),
+                    typed_inputs=_typed_inputs(schema, len(node.input)),
+                    type_params=_type_params(schema, len(node.input)), attributes=list(node.attribute),
                     opsets=env.opsets)
 
 

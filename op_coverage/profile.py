@@ -192,6 +192,9 @@ class SupportProfile:
                                    "Cast nodes around it (InsertCastTransformer)",
                                    best.get("provenance") or self.provenance(), best.get("target_op"))
                 typed = []
+        secondary_note = ""
+        if not typed:
+            typed, secondary_note = _judge_primary_only(node, in_range)
         if not typed:
             listed = sorted(set().union(*(_dtype_set(e) for e in in_range)))
             missing = sorted(set(dtypes) - set(listed))
@@ -205,7 +208,8 @@ class SupportProfile:
             reason = best.get("reason") or "runs on the host CPU"
         if clamp_note:
             prov = f"{prov} ({clamp_note})"
-        return Verdict(best["status"], reason, best.get("restriction", ""), prov, best.get("target_op"))
+        restriction = "; ".join(x for x in (best.get("restriction", ""), secondary_note) if x)
+        return Verdict(best["status"], reason, restriction, prov, best.get("target_op"))
 
     def _unlisted(self, node: NodeInfo, why: str) -> Verdict:
         """No entry covers *node*: the fallback profile's kernel, then onnx's function body, then the fallback's."""
@@ -261,6 +265,43 @@ def _range_text(e: dict) -> str:
     if lo is None and hi is None:
         return "any"
     return f"{lo or 1}+" if hi is None else f"{lo or 1}-{hi}"
+
+
+def _kind(dtype: str) -> str:
+    if dtype == "bool" or dtype == "string":
+        return dtype
+    return "float" if dtype.startswith(("float", "bfloat", "double")) else "integer"
+
+
+def _judge_primary_only(node: NodeInfo, in_range: list) -> tuple:
+    """Entries that fit when inputs of a second type parameter go unjudged, and the note saying so.
+
+    Sources such as TensorRT's operator table give one type list per op: the types of its
+    main tensor (QuantizeLinear: ``x``, not the int8 ``y_zero_point`` of parameter T2).
+    When no listed type is even of the same kind (float / integer / bool) as an input of
+    another parameter, the source did not list that parameter's types: those inputs are
+    left unjudged rather than reported as an unsupported dtype.
+    """
+    params = node.type_params or []
+    primary = next((p for p in params if p), None)
+    if primary is None:
+        return [], ""
+    listed = set().union(*(_dtype_set(e) for e in in_range))
+    kinds = {_kind(d) for d in listed}
+    keep, skipped = set(), set()
+    for d, p in zip(node.input_dtypes, params):
+        if not d or p is None:
+            continue
+        if p != primary and _kind(d) not in kinds:
+            skipped.add(f"{d} ({p})")
+        else:
+            keep.add(d)
+    if not skipped:
+        return [], ""
+    typed = [e for e in in_range if not e.get("dtypes") or keep <= _dtype_set(e)]
+    note = (f"the source lists the types of {primary} only; {', '.join(sorted(skipped))} of the other "
+            "input(s) not judged")
+    return typed, note if typed else ""
 
 
 def _dtype_set(e: dict) -> set:

@@ -32,7 +32,7 @@ def _judge_all(inv: Inventory, profile: SupportProfile) -> list[Verdict]:
             if same is not None and not n.attributes:
                 key = (n.domain, n.op_type, n.opset, n.version, tuple(n.input_dtypes),
                        tuple(None if s is None else tuple(s) for s in n.input_shapes),
-                       tuple(n.typed_inputs or ()), tuple(sorted((n.opsets or {}).items())))
+                       tuple(n.typed_inputs or ()), tuple(n.type_params or ()), tuple(sorted((n.opsets or {}).items())))
                 if key in same:
                     verdicts[i] = same[key]
                     continue

@@ -140,3 +140,29 @@ def test_migraphx_mul_takes_the_types_of_add_sub_div(tmp_path, dtype):
     verdicts = {op: mx.judge(_node(tmp_path, op, dtype)) for op in ("Add", "Sub", "Div", "Mul")}
     assert {op: v.status for op, v in verdicts.items()} == dict.fromkeys(verdicts, "native")
     assert "parse_binary_op.cpp" in verdicts["Mul"].provenance
+
+
+def _qdq_nodes(tmp_path, zero_point=TensorProto.INT8):
+    inits = [helper.make_tensor("s", TensorProto.FLOAT, [], [0.1]), helper.make_tensor("z", zero_point, [], [0])]
+    g = helper.make_graph([N("QuantizeLinear", ["x", "s", "z"], ["q"]), N("DequantizeLinear", ["q", "s", "z"], ["y"])],
+                          "g", [vi("x", TensorProto.FLOAT, [4])], [vi("y", TensorProto.FLOAT, [4])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 9
+    p = tmp_path / "qdq.onnx"
+    onnx.save(m, p)
+    return build_inventory(load_for_scan(p)).nodes
+
+
+def test_a_source_that_lists_the_main_tensors_types_only_does_not_fail_the_zero_point(tmp_path):
+    """TensorRT's table gives QuantizeLinear float types (its x); the int8 zero point is T2's."""
+    ts = load_targets(use_plugins=False)
+    quant, _ = _qdq_nodes(tmp_path)
+    v = ts.get("tensorrt").judge(quant)
+    assert v.status == "native", v
+    assert "int8 (T2)" in v.restriction and "not judged" in v.restriction
+    # a source that lists integer types judges the zero point: migraphx lists int32, not int8
+    m = ts.get("migraphx").judge(quant)
+    assert m.status == "unsupported" and "dtype int8" in m.reason
+    # and onnxruntime, which lists both parameters' types, runs it without a note
+    o = ts.get("ort-cpu").judge(quant)
+    assert o.status == "native" and "not judged" not in o.restriction
