@@ -72,3 +72,38 @@ def atomic_write(path: Union[str, Path], data: Union[bytes, str], encoding: str 
         raise
     fsync_dir(folder)
     return path
+
+
+def read_jsonl(path, schema: str, written_by: str) -> tuple:
+    """``(records, notes)`` of a JSONL file whose records carry ``"schema": schema``.
+
+    A torn last line (its writer killed mid-line) is skipped with a note; any other line
+    that is not such a record raises :class:`hal.HalError` naming the line and the writer
+    (``written_by``, e.g. "hal.metrics.MetricsLogger") that makes valid files.
+    """
+    import json
+
+    from hal._errors import HalError
+
+    path = Path(path)
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise HalError(f"{path}: cannot read ({exc.strerror}); pass a file written by {written_by}") from None
+    records, notes = [], []
+    for i, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except ValueError as exc:
+            if i == len(lines):
+                notes.append(f"{path}: line {i} is incomplete (the writer stopped mid-line); ignored")
+                continue
+            raise HalError(f"{path}:{i}: not JSON ({exc}); each line must be one {schema} record") from None
+        if not isinstance(rec, dict) or rec.get("schema") != schema:
+            found = rec.get("schema") if isinstance(rec, dict) else None
+            raise HalError(f"{path}:{i}: not a {schema} record (schema={found!r}); pass a file written by "
+                           f"{written_by}")
+        records.append(rec)
+    return records, notes

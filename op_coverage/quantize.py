@@ -256,17 +256,12 @@ def _quantize(report, loaded, profile, src, out, calibration, exclude, inputs, s
                 report.notes.append(f"{profile.name} runs no dynamic integer form; used {choice.format} "
                                     "(static scales from calibration) instead")
         qmodel = onnx.load(str(choice.path), load_external_data=True)
-        from .rewrite import _save
+        from .rewrite import save_checked
         final = tmp / out.name
-        try:
-            report.external_data = _save(qmodel, final, external)
-        except (OSError, ValueError) as e:
-            raise OutputNotWritable(f"-o {out}: cannot write ({e}); choose a writable folder") from None
-        try:
-            onnx.checker.check_model(str(final), full_check=True)
-        except Exception as e:  # noqa: BLE001 - checker and inference raise several types
-            raise QuantizeCheckFailed(f"quantized model fails onnx.checker ({str(e).splitlines()[0][:300]}); "
-                                      f"nothing written; try --exclude for the node it names, or --mode") from None
+        report.external_data = save_checked(
+            qmodel, final, external, out,
+            lambda why: QuantizeCheckFailed(f"quantized model fails onnx.checker ({why}); nothing written; "
+                                            "try --exclude for the node it names, or --mode"))
         report.checked = True
         report.quantized_nodes, report.kept_float = _census(qmodel, fmt, choice.kept_float, exclude)
         fb, qb = model_bytes(src), model_bytes(final)

@@ -202,6 +202,24 @@ def _save(model: onnx.ModelProto, path: Path, external: bool) -> str | None:
     return None
 
 
+def save_checked(model: onnx.ModelProto, path: Path, external: bool, out, on_check_failure) -> str | None:
+    """Save *model* to *path* (a temp name beside the output *out*) and run ``onnx.checker`` on it.
+
+    Returns the external data location (or None).  A failed write raises
+    :class:`OutputNotWritable`; a failed check raises ``on_check_failure(first line of the
+    checker's message)``.
+    """
+    try:
+        loc = _save(model, path, external)
+    except (OSError, ValueError) as e:
+        raise OutputNotWritable(f"-o {out}: cannot write ({e}); choose a writable folder") from None
+    try:
+        onnx.checker.check_model(str(path), full_check=True)
+    except Exception as e:  # noqa: BLE001 - checker and inference raise several types
+        raise on_check_failure(str(e).splitlines()[0][:300]) from None
+    return loc
+
+
 def rewrite(path, target: str, output, *, profiles: list | None = None, without_ops=None,
             inputs: list | None = None, seed: int = 0, dims: dict | None = None, atol: float | None = None,
             rtol: float | None = None, verify_outputs: bool = True, max_depth: int = 6,
@@ -262,15 +280,10 @@ def _check_verify_write(report: RewriteReport, model, loaded, src: Path, out: Pa
     external = bool(loaded.external_files) or model.ByteSize() > 1_800_000_000
     with tempfile.TemporaryDirectory(prefix=".op_coverage-", dir=out.parent) as tmp:
         tmp_model = Path(tmp) / out.name
-        try:
-            report.external_data = _save(res.model, tmp_model, external)
-        except (OSError, ValueError) as e:
-            raise OutputNotWritable(f"-o {out}: cannot write ({e}); choose a writable folder") from None
-        try:
-            onnx.checker.check_model(str(tmp_model), full_check=True)
-        except Exception as e:  # noqa: BLE001 - checker and inference raise several types
-            raise RewriteFailed(f"rewritten model fails onnx.checker ({str(e).splitlines()[0][:300]}); "
-                                f"nothing written; please report it with the model") from None
+        report.external_data = save_checked(
+            res.model, tmp_model, external, out,
+            lambda why: RewriteFailed(f"rewritten model fails onnx.checker ({why}); nothing written; "
+                                      "please report it with the model"))
         report.checked = True
         if verify_outputs:
             if inputs:

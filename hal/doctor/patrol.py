@@ -109,28 +109,9 @@ def patrol(every: float, count: Optional[int] = None, out: Optional[Union[str, P
 
 def read_health(path) -> tuple:
     """``(records, notes)`` of a patrol file; a torn last line is skipped with a note."""
-    path = Path(path)
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError as exc:
-        raise HalError(f"{path}: cannot read ({exc.strerror}); pass a file written by "
-                       "hal doctor --every SECONDS --out FILE") from None
-    records, notes = [], []
-    for i, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except ValueError as exc:
-            if i == len(lines):
-                notes.append(f"{path}: line {i} is incomplete (the writer was killed mid-line); ignored")
-                continue
-            raise HalError(f"{path}:{i}: not JSON ({exc}); each line must be one {SCHEMA} record") from None
-        if not isinstance(rec, dict) or rec.get("schema") != SCHEMA:
-            raise HalError(f"{path}:{i}: not a {SCHEMA} record; pass a file written by "
-                           "hal doctor --every SECONDS --out FILE")
-        records.append(rec)
-    return records, notes
+    from hal._io import read_jsonl
+
+    return read_jsonl(path, SCHEMA, "hal doctor --every SECONDS --out FILE")
 
 
 def brief(record: dict, start: Optional[float] = None) -> dict:

@@ -9,13 +9,12 @@ is reported as a straggler.  Stragglers named live during the run (the ``events`
 """
 from __future__ import annotations
 
-import json
 import statistics
 from collections import deque
-from pathlib import Path
 from typing import List, Optional, Sequence
 
 from hal._errors import HalError
+from hal._io import read_jsonl as read_records
 from hal.metrics._logger import SCHEMA
 from hal.metrics._timer import percentile
 
@@ -24,27 +23,7 @@ SUMMARY_SCHEMA = "hal.metrics.summary/1"
 
 def read_jsonl(path) -> tuple:
     """``(records, notes)`` of a metrics file; a torn last line is skipped with a note."""
-    path = Path(path)
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError as exc:
-        raise HalError(f"{path}: cannot read ({exc.strerror}); pass a .jsonl file written by "
-                       "hal.metrics.MetricsLogger") from None
-    records, notes = [], []
-    for i, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except ValueError as exc:
-            if i == len(lines):
-                notes.append(f"line {i} is incomplete (the writer stopped mid-line); ignored")
-                continue
-            raise HalError(f"{path}:{i}: not JSON ({exc}); each line must be one {SCHEMA} record") from None
-        if not isinstance(rec, dict) or rec.get("schema") != SCHEMA:
-            raise HalError(f"{path}:{i}: not a {SCHEMA} record (schema={rec.get('schema') if isinstance(rec, dict) else None!r}); "
-                           "pass a file written by hal.metrics.MetricsLogger")
-        records.append(rec)
+    records, notes = read_records(path, SCHEMA, "hal.metrics.MetricsLogger")
     if not records:
         raise HalError(f"{path}: no {SCHEMA} records; the run logged nothing yet")
     return records, notes
