@@ -100,3 +100,17 @@ def test_two_faults_in_a_row(tmp_path, reference, rng):
     measured = fi.check(job, reference, restarts=2)
     lines = "\n".join(measured["restart_lines"])
     assert "restart 2 of this group" in lines and f"rank 0 failed at step {second}" in lines, lines + _context(job)
+
+
+@pytest.mark.emu
+def test_the_same_script_on_the_emulator_through_hal_run(tmp_path, rng):
+    """hal run --nproc-per-node 2 --max-restarts 3 on the emulated accelerator: the script
+    takes its CUDA path (cuda devices, NCCL, GradScaler on), one rank is SIGKILLed."""
+    ref = tmp_path / "uninterrupted"
+    first = fi.launch(ref, via="hal-run", backend="emu")
+    assert first.wait() == 0, first.text()[-4000:]
+    job = fi.launch(tmp_path / "killed", via="hal-run", backend="emu")
+    fi.sigkill_rank(job, rng.randint(0, 1), _step(rng, job))
+    job.wait()
+    measured = fi.check(job, ref)
+    assert measured["lost_steps"][0] <= fi.EVERY, _context(job)
