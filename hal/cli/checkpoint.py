@@ -16,10 +16,24 @@ a complete checkpoint, 1 when there is none.
 """
 
 
+EVENTS_EPILOG = """\
+examples:
+  hal checkpoint events runs/exp1/ckpt          one line per event, oldest first
+  hal checkpoint events runs/exp1/ckpt --json   schema hal.checkpoint.events/1
+
+Events (written by hal.checkpoint.Checkpointer to DIR/events.jsonl): start, failure (a rank
+left the loop with an exception), save_failed (a save the storage refused; training went on),
+resume (with the lines logged at that restart), closed (the loop ended normally).  A rank
+killed by a signal leaves no record: the resume after it says so.  Exit status: 0; 1 when
+the folder holds no events.
+"""
+
+
 def add_parser(sub):
     p = sub.add_parser("checkpoint", help="inspect hal.checkpoint folders",
                        formatter_class=argparse.RawDescriptionHelpFormatter,
-                       epilog="examples:\n  hal checkpoint ls runs/exp1/ckpt")
+                       epilog="examples:\n  hal checkpoint ls runs/exp1/ckpt\n"
+                              "  hal checkpoint events runs/exp1/ckpt")
     csub = p.add_subparsers(dest="checkpoint_command", metavar="ACTION")
     ls = csub.add_parser("ls", help="checkpoints in a folder and which one resume would use",
                          epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -27,6 +41,11 @@ def add_parser(sub):
     ls.add_argument("--verify", action="store_true", help="check the sha256 of every file (reads everything)")
     ls.add_argument("--json", action="store_true", help="print JSON (schema hal.checkpoint.ls/1)")
     ls.set_defaults(run=run)
+    ev = csub.add_parser("events", help="why the job restarted: failures, dropped saves, resumes",
+                         epilog=EVENTS_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ev.add_argument("dir", metavar="DIR", help="the folder given to hal.checkpoint.Checkpointer")
+    ev.add_argument("--json", action="store_true", help="print JSON (schema hal.checkpoint.events/1)")
+    ev.set_defaults(run=run_events)
     p.set_defaults(run=lambda args: (p.print_help(), 2)[1])
 
 
@@ -78,3 +97,36 @@ def run(args) -> int:
     print(f"latest pointer: {rep['latest_pointer'] or '-'}   resume uses: {rep['resume_uses'] or 'nothing (fresh start)'}"
           + ("" if args.verify else "   (sizes checked; --verify for sha256)"))
     return 0 if rep["resume_uses"] else 1
+
+
+def _event_text(e: dict) -> str:
+    kind = e.get("event")
+    if kind == "failure" or kind == "save_failed":
+        err = e.get("error") or {}
+        msg = " ".join(str(err.get("message", "")).split())
+        return f"{err.get('type', '')}: {msg[:150]}"
+    if kind == "resume":
+        return f"from {e.get('path') or 'scratch'}" + "".join(f"\n      {line}" for line in e.get("lines") or [])
+    return ""
+
+
+def run_events(args) -> int:
+    import datetime
+
+    from hal.checkpoint import _events
+
+    events = _events.read(args.dir)
+    if args.json:
+        print_json({"schema": "hal.checkpoint.events/1", "dir": str(args.dir), "events": events})
+        return 0 if events else 1
+    if not events:
+        print(f"{args.dir}: no {_events.EVENTS}; the Checkpointer writes it at its first resume()")
+        return 1
+    color = use_color()
+    colors = {"failure": "red", "save_failed": "yellow", "resume": "cyan", "closed": "green"}
+    for e in events:
+        when = datetime.datetime.fromtimestamp(e.get("time_unix", 0)).strftime("%Y-%m-%d %H:%M:%S")
+        kind = paint(f"{e.get('event', '?'):<11}", colors.get(e.get("event"), "dim"), color)
+        print(f"{when}  {kind} rank {e.get('rank')}  attempt {e.get('attempt')}  step {e.get('step')}  "
+              f"{_event_text(e)}".rstrip())
+    return 0
