@@ -24,7 +24,6 @@ import argparse
 import statistics
 import sys
 import tempfile
-import time
 import warnings
 from collections import Counter
 from pathlib import Path
@@ -58,22 +57,10 @@ def optimized_ops(path, tmp: Path) -> tuple[int, dict]:
     return len(m.graph.node), {k: v for k, v in sorted(c.items()) if k in FUSED}
 
 
-def ratios(orig, new, feeds, runs, repeats) -> list[float]:
-    a, b = session(orig), session(new)
-    for s in (a, b):
-        for _ in range(5):
-            s.run(None, feeds)
-    out = []
-    for _ in range(repeats):
-        ta, tb = [], []
-        for i in range(runs):
-            order = ((a, ta), (b, tb)) if i % 2 == 0 else ((b, tb), (a, ta))
-            for s, t in order:
-                t0 = time.perf_counter()
-                s.run(None, feeds)
-                t.append(time.perf_counter() - t0)
-        out.append((statistics.median(tb) / statistics.median(ta), statistics.median(ta), statistics.median(tb)))
-    return out
+def ratios(orig, new, feeds, runs, repeats) -> list[tuple]:
+    from op_coverage.quant_measure import interleaved
+
+    return interleaved(session(orig), session(new), feeds, runs, repeats, warmup=5)
 
 
 def cases(a, tmp: Path):

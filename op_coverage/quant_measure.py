@@ -81,24 +81,33 @@ def compare_outputs(float_sess, quant_sess, feeds: dict) -> list[OutputAccuracy]
     return [accuracy(n, w, g) for n, w, g in zip(names, want, got)]
 
 
-def latency(float_sess, quant_sess, feeds: dict, runs: int = 10, repeats: int = 3, warmup: int = 2) -> dict:
-    """Interleaved runs; ``{"ratio", "min", "max", "float_ms", "quantized_ms", "runs", "repeats", "threads"}``."""
-    for s in (float_sess, quant_sess):
+def interleaved(sess_a, sess_b, feeds: dict, runs: int, repeats: int, warmup: int = 2) -> list[tuple]:
+    """Run two onnxruntime sessions alternately (the order flips every run), *repeats* times.
+
+    Returns one ``(median_b / median_a, median_a_s, median_b_s)`` per repeat: the two sessions
+    share whatever load the machine has, run by run.
+    """
+    for s in (sess_a, sess_b):
         for _ in range(warmup):
             s.run(None, feeds)
-    ratios, fl, ql = [], [], []
+    out = []
     for _ in range(repeats):
         ta, tb = [], []
         for i in range(runs):
-            order = ((float_sess, ta), (quant_sess, tb)) if i % 2 == 0 else ((quant_sess, tb), (float_sess, ta))
+            order = ((sess_a, ta), (sess_b, tb)) if i % 2 == 0 else ((sess_b, tb), (sess_a, ta))
             for s, t in order:
                 t0 = time.perf_counter()
                 s.run(None, feeds)
                 t.append(time.perf_counter() - t0)
         ma, mb = statistics.median(ta), statistics.median(tb)
-        ratios.append(mb / ma if ma > 0 else float("inf"))
-        fl.append(ma)
-        ql.append(mb)
+        out.append((mb / ma if ma > 0 else float("inf"), ma, mb))
+    return out
+
+
+def latency(float_sess, quant_sess, feeds: dict, runs: int = 10, repeats: int = 3, warmup: int = 2) -> dict:
+    """Interleaved runs; ``{"ratio", "min", "max", "float_ms", "quantized_ms", "runs", "repeats", "threads"}``."""
+    per = interleaved(float_sess, quant_sess, feeds, runs, repeats, warmup)
+    ratios, fl, ql = [r for r, _, _ in per], [a for _, a, _ in per], [b for _, _, b in per]
     return {"ratio": round(statistics.median(ratios), 4), "min": round(min(ratios), 4), "max": round(max(ratios), 4),
             "float_ms": round(statistics.median(fl) * 1e3, 4), "quantized_ms": round(statistics.median(ql) * 1e3, 4),
             "runs": runs, "repeats": repeats, "threads": 1}
