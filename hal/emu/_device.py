@@ -1,11 +1,9 @@
 """Registering the emulated accelerator with PyTorch (PrivateUse1, renamed ``emu``)."""
 from __future__ import annotations
 
-import atexit
 import os
 import sys
 import threading
-import time
 
 import torch
 
@@ -89,21 +87,10 @@ def install() -> None:
             torch.utils.generate_methods_for_privateuse1_backend(for_storage=True)
         _dispatch.configure(_module._C)
         _ipc.register()
-        atexit.register(_let_autograd_workers_finish)
+        from hal import _exit
+        _exit.register()  # autograd's emu device thread must not outlive the interpreter's GIL
         _installed = True
     _check_autograd()
-
-
-def _let_autograd_workers_finish() -> None:
-    """Give torch's autograd device threads the GIL once more before the interpreter ends.
-
-    Each backward pass stashes a Python object (the contextvars context) in its graph task,
-    and the emu device thread that ran the task may drop the last reference after the main
-    thread has moved on; if the interpreter is already finalizing when that thread asks for
-    the GIL, the process aborts ("terminate called without an active exception").  A short
-    sleep at exit lets a waiting thread take the GIL and finish first."""
-    for _ in range(5):
-        time.sleep(0.002)
 
 
 def _check_autograd() -> None:

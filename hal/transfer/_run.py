@@ -123,6 +123,8 @@ def run_script(path: str, argv: Sequence[str] = ()) -> dict:
             if cand.spec.device_type == "emu":
                 _announce_fallbacks(t.log.echo)
             fallback_install = _install_fallback()
+            from hal import _exit
+            _exit.register()  # collective / autograd threads must not outlive the interpreter's GIL
             try:
                 runpy.run_path(path, run_name="__main__")
             except SystemExit as exc:
