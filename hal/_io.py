@@ -107,3 +107,32 @@ def read_jsonl(path, schema: str, written_by: str) -> tuple:
                            f"{written_by}")
         records.append(rec)
     return records, notes
+
+
+def append_jsonl(path: Union[str, Path], record: dict) -> None:
+    """Append ``record`` as one JSON line with a single ``write`` (``O_APPEND``: writers on one
+    file never interleave within a line), then fsync it (and the folder, for a new file).
+
+    :raises hal.HalError: the file cannot be opened for appending (names it and the fix).
+    """
+    import json
+
+    from hal._errors import HalError
+
+    path = Path(path)
+    line = (json.dumps(record, default=str, separators=(",", ":")) + "\n").encode("utf-8")
+    new = not path.exists()
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+    except OSError as exc:
+        raise HalError(f"{path}: cannot open for appending ({exc.strerror}); choose a file in a folder "
+                       "you can write to") from None
+    try:
+        view = memoryview(line)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    if new:
+        fsync_dir(path.parent if str(path.parent) else ".")

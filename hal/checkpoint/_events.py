@@ -11,7 +11,8 @@
 A rank killed by a signal (SIGKILL, the OOM killer, a stopped rank that its launcher
 killed) cannot write anything: at resume, the ranks of the failed attempt that left no
 ``failure`` record are named as "no report".  Lines are appended with ``O_APPEND`` and
-fsynced, one ``write`` each, so ranks writing at once never interleave within a line.
+fsynced, one ``write`` each (:func:`hal._io.append_jsonl`), so ranks writing at once never
+interleave within a line.
 """
 from __future__ import annotations
 
@@ -22,6 +23,9 @@ import socket
 import time
 from pathlib import Path
 from typing import List, Optional
+
+from hal._errors import HalError
+from hal._io import append_jsonl
 
 log = logging.getLogger("hal.checkpoint")
 
@@ -45,14 +49,9 @@ def record(root, event: str, *, rank: int, step: Optional[int], **fields) -> dic
     path = Path(root) / EVENTS
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
-        try:
-            os.write(fd, (json.dumps(rec, default=str) + "\n").encode())
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-    except OSError as exc:
-        log.warning("hal.checkpoint: could not record the %s event in %s (%s)", event, path, exc.strerror)
+        append_jsonl(path, rec)
+    except (OSError, HalError) as exc:
+        log.warning("hal.checkpoint: could not record the %s event in %s (%s)", event, path, exc)
     return rec
 
 

@@ -189,9 +189,10 @@ def run(args) -> int:
         if bar is not None:
             bar.close()
     if args.out:
-        from hal.doctor.patrol import append_record, round_record
+        from hal._io import append_jsonl
+        from hal.doctor.patrol import round_record
 
-        append_record(args.out, round_record(report, 1, started, time.time(), None))
+        append_jsonl(args.out, round_record(report, 1, started, time.time(), None))
     if args.json:
         print_json(report)
         return report["exit_code"]

@@ -15,8 +15,6 @@ the records near them (:func:`near`).
 """
 from __future__ import annotations
 
-import json
-import os
 import socket
 import threading
 import time
@@ -24,7 +22,7 @@ from pathlib import Path
 from typing import Callable, Iterable, List, Optional, Sequence, Union
 
 from hal._errors import HalError
-from hal._io import fsync_dir
+from hal._io import append_jsonl
 
 SCHEMA = "hal.doctor.patrol/1"
 #: the checks a patrol round runs by default: quick, and able to change while a job runs
@@ -44,27 +42,6 @@ def round_record(report: dict, number: int, started: float, ended: float, every_
             "status": report["status"], "exit_code": report["exit_code"],
             "checks": [{"name": c["name"], "status": c["status"], "summary": c["summary"],
                         "seconds": c.get("seconds")} for c in report["checks"]]}
-
-
-def append_record(path: Union[str, Path], record: dict) -> None:
-    """Append ``record`` as one line with a single write, then fsync (and the folder, for a new file)."""
-    path = Path(path)
-    line = (json.dumps(record, default=str, separators=(",", ":")) + "\n").encode("utf-8")
-    new = not path.exists()
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
-    except OSError as exc:
-        raise HalError(f"{path}: cannot open for appending ({exc.strerror}); choose a file in a folder "
-                       "you can write to") from None
-    try:
-        view = memoryview(line)
-        while view:
-            view = view[os.write(fd, view):]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    if new:
-        fsync_dir(path.parent if str(path.parent) else ".")
 
 
 def patrol(every: float, count: Optional[int] = None, out: Optional[Union[str, Path]] = None,
@@ -96,7 +73,7 @@ def patrol(every: float, count: Optional[int] = None, out: Optional[Union[str, P
         number += 1
         rec = round_record(report, number, started, time.time(), every)
         if out is not None:
-            append_record(out, rec)
+            append_jsonl(out, rec)
         worst = max(worst, rec["exit_code"])
         if on_round:
             on_round(rec)
