@@ -238,24 +238,21 @@ class Checkpointer:
     def _restore_data(self, ck: Checkpoint) -> None:
         _, world = _dist.rank_world()
         saved_world = int(ck.manifest.get("world_size", 1))
+        sampler = _sampler(self.dataloader)
+        if sampler is not None and ck.epoch is not None:
+            sampler.set_epoch(ck.epoch)
+        if saved_world != world:
+            warnings.warn(CheckpointWarning(
+                f"{ck.path} was saved by {saved_world} rank(s) and is resumed by {world}: each rank's "
+                "data position belongs to the old split of the data, so it is not restored; the "
+                f"epoch ({ck.epoch}) starts from the beginning"), stacklevel=3)
+            return
         if ck.data is None or "loader" not in ck.data:
             warnings.warn(CheckpointWarning(
                 f"{ck.path} holds no data position for this rank (saved without dataloader=); the "
                 "loader starts its epoch from the beginning, so batches already seen come again"),
                 stacklevel=3)
             return
-        if saved_world != world:
-            warnings.warn(CheckpointWarning(
-                f"{ck.path} was saved by {saved_world} rank(s) and is resumed by {world}: each rank's "
-                "data position belongs to the old split of the data, so it is not restored; the "
-                f"epoch ({ck.epoch}) starts from the beginning"), stacklevel=3)
-            sampler = _sampler(self.dataloader)
-            if sampler is not None and ck.epoch is not None:
-                sampler.set_epoch(ck.epoch)
-            return
-        sampler = _sampler(self.dataloader)
-        if sampler is not None and ck.epoch is not None:
-            sampler.set_epoch(ck.epoch)
         gen = getattr(self.dataloader, "generator", None)
         if gen is not None and "generator" in ck.data:
             gen.set_state(from_inline(ck.data["generator"]))

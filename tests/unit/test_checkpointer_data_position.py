@@ -64,3 +64,14 @@ def test_a_plain_dataloader_is_refused_with_the_fix(tmp_path):
 def test_every_must_be_a_positive_step_count(tmp_path):
     with pytest.raises(ckpt.CheckpointError, match="every=0: must be a positive number of steps"):
         ckpt.Checkpointer(tmp_path, every=0)
+
+
+def test_a_checkpoint_saved_without_a_loader_warns_that_the_epoch_restarts(tmp_path):
+    model = torch.nn.Linear(2, 2)
+    with ckpt.Checkpointer(tmp_path, every=1, model=model, async_save=False) as saver:
+        saver.step(1)
+    loader = StatefulDataLoader(TensorDataset(torch.zeros(8, 1)), batch_size=2)
+    with pytest.warns(ckpt.CheckpointWarning, match="holds no data position .* batches already seen come again"):
+        ck = ckpt.Checkpointer(tmp_path, model=model, dataloader=loader).resume()
+    assert ck.step == 1 and ck.epoch is None
+    assert [b[0].shape[0] for b in loader] == [2, 2, 2, 2], "the loader must start its epoch from the beginning"
