@@ -87,12 +87,10 @@ class ProbeCache:
         if not self.dirty or not self.path:
             return
         self.dirty = False
+        from hal._io import atomic_write
         try:
             os.makedirs(os.path.dirname(self.path), exist_ok=True)
-            tmp = f"{self.path}.{os.getpid()}.tmp"
-            with open(tmp, "w", encoding="utf-8") as f:
-                json.dump({"schema": SCHEMA, "runtime": self.runtime, "verdicts": self.verdicts}, f,
-                          sort_keys=True)
-            os.replace(tmp, self.path)
+            atomic_write(self.path, json.dumps({"schema": SCHEMA, "runtime": self.runtime,
+                                                "verdicts": self.verdicts}, sort_keys=True))
         except OSError:
             pass

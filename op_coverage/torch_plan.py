@@ -175,12 +175,10 @@ def _save_disk() -> None:
     path = _cache_path()
     if not path:
         return
+    from hal._io import atomic_write
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        tmp = f"{path}.{os.getpid()}.tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump({"schema": "op_coverage.decomp_traces/1", "traces": _traces}, f, sort_keys=True)
-        os.replace(tmp, path)
+        atomic_write(path, json.dumps({"schema": "op_coverage.decomp_traces/1", "traces": _traces}, sort_keys=True))
     except OSError:
         pass
 
