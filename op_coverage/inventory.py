@@ -102,6 +102,23 @@ def _schema(op_type: str, domain: str, opset: int | None):
         return None
 
 
+def all_nodes(model: onnx.ModelProto, functions: bool = True):
+    """Every node of *model*, subgraph bodies included, in the order :func:`build_inventory`
+    visits them; then the nodes of its local functions unless ``functions=False``."""
+    def walk(g):
+        for n in g.node:
+            yield n
+            for a in n.attribute:
+                if a.HasField("g"):
+                    yield from walk(a.g)
+                for sub in a.graphs:
+                    yield from walk(sub)
+    yield from walk(model.graph)
+    if functions:
+        for f in model.functions:
+            yield from walk(f)
+
+
 def _type_params(schema, n_inputs: int) -> list[str | None] | None:
     """Per input, the schema type parameter that governs it (None for a fixed type)."""
     if schema is None or not schema.inputs:

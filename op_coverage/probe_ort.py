@@ -21,7 +21,7 @@ from __future__ import annotations
 import onnx
 from onnx import helper
 
-from .inventory import NodeInfo
+from .inventory import NodeInfo, all_nodes
 from .probe_cache import ProbeCache, probe_key
 from .profile import SupportProfile, Verdict
 
@@ -128,25 +128,10 @@ class OrtLiveProfile(SupportProfile):
     def prepare(self, model: onnx.ModelProto, nodes: list[NodeInfo]) -> None:
         """Remember each node's attributes (by scan name) so the one-node models are faithful."""
         attrs = {}
-        protos = list(_all_nodes(model))
+        protos = list(all_nodes(model))
         for info, proto in zip(nodes, protos):
             attrs[info.name] = list(proto.attribute)
         self._attributes = attrs
-
-
-def _all_nodes(model: onnx.ModelProto):
-    """Nodes in the same order as :func:`op_coverage.inventory.build_inventory` visits them."""
-    def walk(g):
-        for n in g.node:
-            yield n
-            for a in n.attribute:
-                if a.HasField("g"):
-                    yield from walk(a.g)
-                for sub in a.graphs:
-                    yield from walk(sub)
-    yield from walk(model.graph)
-    for f in model.functions:
-        yield from walk(f)
 
 
 def _one_node_model(node: NodeInfo, attributes) -> onnx.ModelProto | None:

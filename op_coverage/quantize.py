@@ -85,14 +85,9 @@ class QuantizeReport:
 
 
 def _all_nodes(model):
-    """Every node of *model*, subgraphs included."""
-    def walk(g):
-        for n in g.node:
-            yield n
-            for a in n.attribute:
-                for sub in ([a.g] if a.HasField("g") else []) + list(a.graphs):
-                    yield from walk(sub)
-    yield from walk(model.graph)
+    """Every node of *model*, subgraphs included (local functions are not quantized)."""
+    from .inventory import all_nodes
+    return all_nodes(model, functions=False)
 
 
 def _census(quant_model, fmt: dict, choice_kept: dict, exclude: list) -> tuple:
