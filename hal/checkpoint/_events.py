@@ -93,29 +93,25 @@ def _short(error: Optional[dict]) -> str:
     return f"{error.get('type', 'Error')}: {msg}" if msg else str(error.get("type", "Error"))
 
 
-def restart_lines(tail: List[dict], world_size: int, resumed_step: Optional[int],
-                  resumed_from: Optional[str], restarted: bool = False) -> List[str]:
+def restart_lines(tail: List[dict], world_size: int, resumed_step: int, resumed_from: str,
+                  restarted: bool = False) -> List[str]:
     """One line per failure of the attempt that ended, one per silent rank, one for the resume."""
-    lines = []
     failures = [r for r in tail if r.get("event") == "failure"]
     last = max((r["step"] for r in tail if isinstance(r.get("step"), int)), default=None)
-    for r in failures:
-        lines.append(f"rank {r.get('rank')} failed at step {r.get('step')} on {r.get('host')} "
-                     f"(attempt {r.get('attempt')}): {_short(r.get('error'))}")
+    lines = [f"rank {r.get('rank')} failed at step {r.get('step')} on {r.get('host')} "
+             f"(attempt {r.get('attempt')}): {_short(r.get('error'))}" for r in failures]
+    reported = {r.get("rank") for r in failures}
     if failures:
-        reported = {r.get("rank") for r in failures}
-        for rank in range(world_size):
-            if rank not in reported:
-                lines.append(f"rank {rank} sent no report (last step seen: {last}): it was ended by a "
-                             "signal (SIGKILL, the OOM killer, or its launcher killing a hung rank)")
-    elif resumed_step is not None and restarted:
+        lines += [f"rank {rank} sent no report (last step seen: {last}): it was ended by a signal "
+                  "(SIGKILL, the OOM killer, or its launcher killing a hung rank)"
+                  for rank in range(world_size) if rank not in reported]
+    elif restarted:
         lines.append("no rank reported a failure: a rank was ended by a signal (SIGKILL, the OOM killer) "
                      "and torchrun stopped the others; torchrun's log names it ('failed (exitcode: -9) "
                      "local_rank: N')")
-    elif resumed_step is not None:
+    else:
         lines.append("the previous run left no failure report: it was killed as a whole (a signal to "
                      "the job, a lost node) or stopped without closing its Checkpointer")
-    if resumed_step is not None:
-        lost = f", {last - resumed_step} step(s) to redo" if last is not None and last >= resumed_step else ""
-        lines.append(f"resumed at step {resumed_step} from {resumed_from}{lost}")
+    lost = f", {last - resumed_step} step(s) to redo" if last is not None and last >= resumed_step else ""
+    lines.append(f"resumed at step {resumed_step} from {resumed_from}{lost}")
     return lines
