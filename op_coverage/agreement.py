@@ -17,10 +17,10 @@ from pathlib import Path
 
 def disagreements(table: str = "ort-cpu") -> list[dict]:
     """``[{op, version, dtypes, table, live, cases, table_says, live_says}]``, one row per distinct signature."""
-    from .conformance import node_cases
-    from .inventory import build_inventory
-    from .load import LoadedModel
-    from .targets import load_targets
+    from op_coverage.conformance import node_cases
+    from op_coverage.inventory import build_inventory
+    from op_coverage.load import LoadedModel
+    from op_coverage.targets import load_targets
     ts = load_targets(use_plugins=False)
     tab, live = ts.get(table), ts.get("ort-live")
     rows: dict = {}
@@ -42,7 +42,7 @@ def disagreements(table: str = "ort-cpu") -> list[dict]:
 
 def known() -> list[dict]:
     """The listed disagreements with their reasons (``data/ort_live_disagreements.json``)."""
-    from .datafiles import read_json
+    from op_coverage.datafiles import read_json
     return read_json("ort_live_disagreements.json")["disagreements"]
 
 

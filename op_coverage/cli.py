@@ -8,10 +8,10 @@ import textwrap
 from importlib import resources
 from pathlib import Path
 
-from . import __version__
-from .errors import NotAvailable, ScanError
-from .report import FORMATS, render
-from .report.model import FAIL_ON
+from op_coverage import __version__
+from op_coverage.errors import NotAvailable, ScanError
+from op_coverage.report import FORMATS, render
+from op_coverage.report.model import FAIL_ON
 
 #: --fail-on values: the ONNX scan's, and the static torch scan's (each accepts the other's)
 FAIL_ON_ALL = FAIL_ON + ("caveat", "change")
@@ -110,7 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--no-progress", action="store_true", help="no progress bar even on a terminal")
     s.add_argument("--no-plugins", action="store_true", help="ignore profiles from hal backend plugins")
     s.add_argument("--width", type=int, default=80, help="table width in columns (default 80)")
-    from . import cli_torch
+    from op_coverage import cli_torch
     cli_torch.add_scan_options(s)
 
     t = sub.add_parser("targets", formatter_class=fmt, help="list ONNX and torch target profiles and their provenance",
@@ -125,7 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--profile", action="append", default=[], metavar="FILE",
                    help="extra profile JSON (ONNX: profile.schema.json; torch: torch_profile.schema.json)")
     t.add_argument("--no-plugins", action="store_true", help="ignore profiles from hal backend plugins")
-    from . import cli_quantize, cli_rewrite, conformance
+    from op_coverage import cli_quantize, cli_rewrite, conformance
     cli_torch.add_trace_parser(sub)
     cli_rewrite.add_parser(sub)
     cli_quantize.add_parser(sub)
@@ -150,7 +150,7 @@ def _write(a, text: str) -> int:
         return 0
     from hal._io import atomic_write as write_atomic
 
-    from .errors import OutputNotWritable
+    from op_coverage.errors import OutputNotWritable
     try:
         write_atomic(a.output, text)
     except OSError as e:
@@ -166,10 +166,10 @@ def _scan_python(a) -> int:
         if Path(a.path).is_dir():
             raise NotAvailable(f"{a.path}: a folder of scripts is read with --static; to trace one, "
                                f"pass its file: op_coverage scan {a.path}/train.py -t ascend")
-        from .cli_torch import cmd_scan_script
+        from op_coverage.cli_torch import cmd_scan_script
         return cmd_scan_script(a)
-    from .report.torch_static import render as render_static
-    from .torch_static import static_scan
+    from op_coverage.report.torch_static import render as render_static
+    from op_coverage.torch_static import static_scan
 
     report = static_scan(a.path, vendors=a.target)
     for w in report.warnings:
@@ -182,14 +182,14 @@ def _scan_python(a) -> int:
 
 
 def _cmd_scan(a) -> int:
-    from .scan import scan
-    from .targets import load_targets
+    from op_coverage.scan import scan
+    from op_coverage.targets import load_targets
 
     if a.path is not None and (_is_python(a.path) or (a.static and Path(a.path).is_dir())):
         return _scan_python(a)
-    from .torch_scan import is_trace_file
+    from op_coverage.torch_scan import is_trace_file
     if a.path is not None and is_trace_file(a.path):
-        from .cli_torch import cmd_scan_trace_file
+        from op_coverage.cli_torch import cmd_scan_trace_file
         return cmd_scan_trace_file(a)
     if a.static:
         raise NotAvailable(f"--static reads Python training scripts; {a.path or 'the bundled example'} is not a "
@@ -215,7 +215,7 @@ def _cmd_scan(a) -> int:
 
 
 def _cmd_targets(a) -> int:
-    from . import list_targets
+    from op_coverage import list_targets
 
     problems: list = []
     rows = list_targets(a.profile, kinds=tuple(a.kind) or ("onnx", "torch"), use_plugins=not a.no_plugins,
@@ -268,13 +268,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         if a.command in ("rewrite", "conformance"):
-            from . import cli_rewrite, conformance
+            from op_coverage import cli_rewrite, conformance
             return cli_rewrite.run(a) if a.command == "rewrite" else conformance.main_run(a)
         if a.command == "quantize":
-            from . import cli_quantize
+            from op_coverage import cli_quantize
             return cli_quantize.run(a)
         if a.command == "trace":
-            from .cli_torch import cmd_trace
+            from op_coverage.cli_torch import cmd_trace
             return cmd_trace(a)
         return _cmd_scan(a) if a.command == "scan" else _cmd_targets(a)
     except ScanError as e:

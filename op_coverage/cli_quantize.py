@@ -69,7 +69,7 @@ def add_parser(sub) -> None:
 
 def _error_doc(a, e) -> dict:
     """The report of a quantize that stopped before it had one (bad input, usage)."""
-    from .quantize import QuantizeReport
+    from op_coverage.quantize import QuantizeReport
     r = QuantizeReport(a.path, a.output, a.target, a.mode, per_channel=a.per_channel)
     r.error = {"kind": e.kind, "message": str(e), "exit_code": e.exit_code}
     return r.to_dict()
@@ -77,10 +77,10 @@ def _error_doc(a, e) -> dict:
 
 def run(a) -> int:
     """Run ``op_coverage quantize``; returns the exit code. With ``--json`` every exit prints its document."""
-    from .cli_rewrite import _dims
-    from .errors import ScanError
-    from .quantize import Gates, quantize
-    from .report.quantize import render_quantize
+    from op_coverage.cli_rewrite import _dims
+    from op_coverage.errors import ScanError
+    from op_coverage.quantize import Gates, quantize
+    from op_coverage.report.quantize import render_quantize
     fmt = "json" if a.json else (a.format or "table")
     try:
         if not a.output:

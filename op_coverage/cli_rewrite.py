@@ -54,7 +54,7 @@ def add_parser(sub) -> None:
 
 
 def _dims(items):
-    from .verify import BadInputs
+    from op_coverage.verify import BadInputs
     out = {}
     for it in items:
         name, _, val = it.partition("=")
@@ -67,10 +67,10 @@ def _dims(items):
 def _plan_only(a) -> int:
     import onnx
 
-    from .lacking import parse_ops, without
-    from .load import load_for_scan
-    from .rewrite import rewrite_model
-    from .targets import load_targets
+    from op_coverage.lacking import parse_ops, without
+    from op_coverage.load import load_for_scan
+    from op_coverage.rewrite import rewrite_model
+    from op_coverage.targets import load_targets
     loaded = load_for_scan(a.path)
     ts = load_targets(a.profile)
     profile = without(ts.resolve_names([a.target])[0], parse_ops(a.without))
@@ -106,7 +106,7 @@ def _error_doc(a, e) -> dict:
 
 def run(a) -> int:
     """Run ``op_coverage rewrite``; returns the exit code.  With ``--json`` every exit prints its document."""
-    from .errors import ScanError
+    from op_coverage.errors import ScanError
     if a.plan_only:
         return _plan_only(a)
     try:
@@ -121,8 +121,8 @@ def run(a) -> int:
 
 
 def _run(a) -> int:
-    from .errors import ScanError
-    from .rewrite import rewrite
+    from op_coverage.errors import ScanError
+    from op_coverage.rewrite import rewrite
     if not a.output:
         msg = "-o/--output is required (or use --plan-only)"
         if a.json:

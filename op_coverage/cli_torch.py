@@ -5,7 +5,7 @@ import argparse
 import json
 import sys
 
-from .report import render
+from op_coverage.report import render
 
 TRACE_EXAMPLES = """\
 examples:
@@ -58,12 +58,12 @@ def add_scan_options(s) -> None:
 
 
 def _write(a, text: str) -> int:
-    from .cli import _write as write
+    from op_coverage.cli import _write as write
     return write(a, text)
 
 
 def cmd_trace(a) -> int:
-    from .torch_trace import record, summary
+    from op_coverage.torch_trace import record, summary
     trace = record(a.target, a.script_args, steps=a.steps or None, seconds=a.seconds or None,
                    timeout=a.timeout, echo=not a.quiet)
     text = json.dumps(trace, indent=1) + "\n"
@@ -79,8 +79,8 @@ def cmd_trace(a) -> int:
 
 def cmd_scan_trace(a, trace: dict, path: str) -> int:
     """Judge a trace dict per torch target and print the report in the chosen format."""
-    from .report.model import FAIL_ON
-    from .torch_scan import scan_trace
+    from op_coverage.report.model import FAIL_ON
+    from op_coverage.torch_scan import scan_trace
     fail_on = {"caveat": "fallback", "change": "unsupported"}.get(a.fail_on, a.fail_on)
     if fail_on not in FAIL_ON:
         fail_on = "fallback"
@@ -94,13 +94,13 @@ def cmd_scan_trace(a, trace: dict, path: str) -> int:
 
 
 def cmd_scan_trace_file(a) -> int:
-    from .torch_trace import load
+    from op_coverage.torch_trace import load
     return cmd_scan_trace(a, load(a.path), a.path)
 
 
 def cmd_scan_script(a) -> int:
     """``op_coverage scan train.py -t ...``: trace (3 optimizer steps unless told), then judge."""
-    from .torch_trace import record, summary
+    from op_coverage.torch_trace import record, summary
     steps = a.steps or (0 if a.seconds else 3)
     trace = record(a.path, getattr(a, "script_args", []), steps=steps or None, seconds=a.seconds or None,
                    echo=False)

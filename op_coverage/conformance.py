@@ -59,8 +59,8 @@ def case_op(case) -> tuple[str, str] | None:
 
 
 def applicable(domain: str, op: str) -> bool:
-    from .expand import has_body  # here, not at the top: the CLI builds this parser for every scan
-    from .rules import rules_for
+    from op_coverage.expand import has_body  # here, not at the top: the CLI builds this parser for every scan
+    from op_coverage.rules import rules_for
     return has_body(domain, op) or bool(rules_for(domain, op))
 
 
@@ -68,8 +68,8 @@ def run_case(case, base) -> CaseResult:
     """Rewrite one case for *base* minus its operator and compare with the expected outputs."""
     import onnxruntime as ort
 
-    from .lacking import without
-    from .rewrite import rewrite_model
+    from op_coverage.lacking import without
+    from op_coverage.rewrite import rewrite_model
     domain, op = case_op(case)
     profile = without(base, [(domain, op)])
     try:
@@ -156,7 +156,7 @@ def _freeze_parameters(case):
 
 def run(a_or_ops=None, base_name: str = "ort-cpu") -> list[CaseResult]:
     """Run every applicable case (or those of the ops in *a_or_ops*); returns one result per case."""
-    from .targets import load_targets
+    from op_coverage.targets import load_targets
     ops = set(a_or_ops or [])
     base = load_targets(use_plugins=False).get(base_name)
     out = []

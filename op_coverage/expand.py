@@ -17,7 +17,7 @@ from functools import lru_cache
 import onnx
 from onnx import AttributeProto, FunctionProto, NodeProto, defs, helper
 
-from .rules._base import Builder, Decline, Rule, dtype_enum
+from op_coverage.rules._base import Builder, Decline, Rule, dtype_enum
 
 ONNX = "ai.onnx"
 
@@ -213,8 +213,8 @@ def body_verdict(profile, node, why: str):
     Every node of the body is judged by *profile* again (bodies inside bodies too); the verdict is
     the worst of them, and it names the body's operators.
     """
-    from .plan import Env, infer_into, node_info  # plan imports this module
-    from .profile import RANK, Verdict
+    from op_coverage.plan import Env, infer_into, node_info  # plan imports this module
+    from op_coverage.profile import RANK, Verdict
     if node.domain != ONNX or node.opset is None or not has_body(node.domain, node.op_type):
         return None
     proto = helper.make_node(node.op_type, list(node.inputs), list(node.outputs))

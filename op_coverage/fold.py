@@ -32,7 +32,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from .rules._base import _dtype_name, dtype_enum
+from op_coverage.rules._base import _dtype_name, dtype_enum
 
 #: constants up to this many elements are folded (the bodies' constants are scalars)
 MAX_ELEMENTS = 4096

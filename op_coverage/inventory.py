@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import onnx
 
-from .load import LoadedModel, tensor_bytes
+from op_coverage.load import LoadedModel, tensor_bytes
 
 ONNX_DOMAIN = "ai.onnx"
 

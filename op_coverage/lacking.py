@@ -5,8 +5,8 @@ rewritten for a target that lacks the named operators.
 """
 from __future__ import annotations
 
-from .errors import BadProfile
-from .profile import SupportProfile
+from op_coverage.errors import BadProfile
+from op_coverage.profile import SupportProfile
 
 
 def parse_ops(spec: list[str] | str | None) -> list[tuple[str, str]]:

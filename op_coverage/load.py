@@ -15,8 +15,8 @@ from pathlib import Path
 import onnx
 from google.protobuf.message import DecodeError
 
-from .errors import ModelNotFound, NotOnnx, TruncatedModel, UnknownOpset, UnsafeExternalData
-from .wire import ELIDED_KEY, MAX_MESSAGE_DEPTH, FileBytes, WireError, strip_model
+from op_coverage.errors import ModelNotFound, NotOnnx, TruncatedModel, UnknownOpset, UnsafeExternalData
+from op_coverage.wire import ELIDED_KEY, MAX_MESSAGE_DEPTH, FileBytes, WireError, strip_model
 
 _SNIFF = [
     (b"PK\x03\x04", "a zip archive (a PyTorch .pt/.pth checkpoint?); export it with torch.onnx.export first"),

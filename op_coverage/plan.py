@@ -19,11 +19,11 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from .expand import body_rule, has_body
-from .inventory import NodeInfo, _schema, _type_params, _typed_inputs, dtype_name, norm_domain
-from .profile import SupportProfile
-from .rules import Builder, Decline, Rule, rules_for
-from .rules._base import dtype_enum
+from op_coverage.expand import body_rule, has_body
+from op_coverage.inventory import NodeInfo, _schema, _type_params, _typed_inputs, dtype_name, norm_domain
+from op_coverage.profile import SupportProfile
+from op_coverage.rules import Builder, Decline, Rule, rules_for
+from op_coverage.rules._base import dtype_enum
 
 MAX_DEPTH = 6
 #: relative cost of one node (everything else counts 1); Constant and shape plumbing are nearly free
@@ -380,7 +380,7 @@ def fill_replacements(model: onnx.ModelProto, rows: dict, profiles: list) -> Non
     ``{"status": "blocked", "blocked_by": [...], "reasons": [...]}``).  Planning never fails a
     scan: an unexpected error is recorded as ``{"status": "error", "reason": ...}``.
     """
-    from .rewrite import rewrite_model
+    from op_coverage.rewrite import rewrite_model
     for p in profiles:
         todo = [r for r in rows.values() if r.support.get(p.name, {}).get("status") not in (None, "native")]
         if not todo:

@@ -21,9 +21,9 @@ from __future__ import annotations
 import onnx
 from onnx import helper
 
-from .inventory import NodeInfo, all_nodes
-from .probe_cache import ProbeCache, probe_key
-from .profile import SupportProfile, Verdict
+from op_coverage.inventory import NodeInfo, all_nodes
+from op_coverage.probe_cache import ProbeCache, probe_key
+from op_coverage.profile import SupportProfile, Verdict
 
 _SKIP_PROVIDERS = {"AzureExecutionProvider"}
 _CONTROL_FLOW = {"If", "Loop", "Scan", "SequenceMap"}

@@ -38,8 +38,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Callable
 
-from .errors import BadProfile
-from .inventory import NodeInfo
+from op_coverage.errors import BadProfile
+from op_coverage.inventory import NodeInfo
 
 FORMAT = "op_coverage.profile/1"
 STATUSES = ("native", "host-fallback", "unsupported")
@@ -224,7 +224,7 @@ class SupportProfile:
         if skip is not None:
             why = f"{why}; its function body is not inlined here: {skip['reason']}"
         elif self.expands_functions and self._expanding < _MAX_EXPANSION:
-            from .expand import body_verdict
+            from op_coverage.expand import body_verdict
             self._expanding += 1
             try:
                 v = body_verdict(self, node, why)
@@ -245,7 +245,7 @@ class SupportProfile:
 @lru_cache(maxsize=None)
 def load_time_ops() -> dict:
     """Ops resolved at graph load (``data/load_time_ops.json``): native on every target."""
-    from .datafiles import read_json
+    from op_coverage.datafiles import read_json
     return {(o["domain"], o["op"]): o["reason"] for o in read_json("load_time_ops.json")["ops"]}
 
 
@@ -315,7 +315,7 @@ def validate_profile(data: dict) -> list[str]:
     except ImportError:  # pragma: no cover - jsonschema is a test dependency; keep a minimal check
         need = [k for k in ("name", "entries") if k not in data]
         return [f"missing field {k!r}" for k in need]
-    from .datafiles import read_json
+    from op_coverage.datafiles import read_json
     schema = read_json("profile.schema.json")
     errors = sorted(jsonschema.Draft202012Validator(schema).iter_errors(data), key=lambda e: list(e.path))
     return [f"{'/'.join(str(p) for p in e.path) or '(top)'}: {e.message}" for e in errors]

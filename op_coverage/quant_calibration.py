@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .verify import BadInputs, _graph_inputs, generate_inputs, load_inputs
+from op_coverage.verify import BadInputs, _graph_inputs, generate_inputs, load_inputs
 
 #: generated calibration samples when none are given
 GENERATED_SAMPLES = 8

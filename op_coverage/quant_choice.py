@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from .datafiles import read_json
-from .profile import SupportProfile
+from op_coverage.datafiles import read_json
+from op_coverage.profile import SupportProfile
 
 
 def formats() -> dict:
@@ -41,8 +41,8 @@ class Choice:
 
 def scan_nodes(path: Path, profile: SupportProfile) -> list:
     """``[(NodeInfo, Verdict)]`` for every node of *path* (subgraphs included) on *profile*."""
-    from .load import load_for_scan
-    from .scan import scan_model
+    from op_coverage.load import load_for_scan
+    from op_coverage.scan import scan_model
     return [(node, verdicts[profile.name]) for node, verdicts in scan_model(load_for_scan(path), [profile]).nodes]
 
 

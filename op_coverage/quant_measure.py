@@ -19,7 +19,7 @@ def model_bytes(path: Path) -> int:
     """Bytes of the model file and of every external-data file it names."""
     import onnx
 
-    from .load import _iter_tensors
+    from op_coverage.load import _iter_tensors
     m = onnx.load(str(path), load_external_data=False)
     files = {dict((e.key, e.value) for e in t.external_data).get("location")
              for t in _iter_tensors(m) if t.data_location == onnx.TensorProto.EXTERNAL}

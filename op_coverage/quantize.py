@@ -16,7 +16,7 @@ from pathlib import Path
 
 import onnx
 
-from .errors import (ModelNotFound, NothingQuantized, NotAvailable, OutputNotWritable, QuantizeCheckFailed,
+from op_coverage.errors import (ModelNotFound, NothingQuantized, NotAvailable, OutputNotWritable, QuantizeCheckFailed,
                      QuantizeGateFailed, ScanError, UnknownTarget)
 
 MODES = ("dynamic", "static")
@@ -86,7 +86,7 @@ class QuantizeReport:
 
 def _all_nodes(model):
     """Every node of *model*, subgraphs included (local functions are not quantized)."""
-    from .inventory import all_nodes
+    from op_coverage.inventory import all_nodes
     return all_nodes(model, functions=False)
 
 
@@ -122,8 +122,8 @@ def _census(quant_model, fmt: dict, choice_kept: dict, exclude: list) -> tuple:
 
 def _rescan(path: Path, profile, float_labels: Counter) -> tuple[dict, dict]:
     """(rescan summary like rewrite's, op label -> nodes the quantized model adds)."""
-    from .load import load_for_scan
-    from .scan import scan_model
+    from op_coverage.load import load_for_scan
+    from op_coverage.scan import scan_model
     rep = scan_model(load_for_scan(path), [profile])
     remaining, labels = Counter(), Counter()
     for node, verdicts in rep.nodes:
@@ -138,7 +138,7 @@ def _rescan(path: Path, profile, float_labels: Counter) -> tuple[dict, dict]:
 
 
 def _labels(model) -> Counter:
-    from .inventory import norm_domain
+    from op_coverage.inventory import norm_domain
     return Counter(n.op_type if norm_domain(n.domain) == "ai.onnx" else f"{n.domain}::{n.op_type}"
                    for n in _all_nodes(model))
 
@@ -158,9 +158,9 @@ def quantize(path, target: str, output, *, mode: str = "dynamic", calibration: s
         :class:`NothingQuantized` (7) when the target runs no INT8 form of the model's ops;
         :class:`QuantizeCheckFailed` (6); :class:`QuantizeGateFailed` (5). Each carries ``.report``.
     """
-    from .load import load_for_scan
-    from .quant_choice import formats, not_native
-    from .targets import load_targets
+    from op_coverage.load import load_for_scan
+    from op_coverage.quant_choice import formats, not_native
+    from op_coverage.targets import load_targets
 
     if mode not in MODES:
         raise NotAvailable(f"--mode {mode!r}: choose one of {', '.join(MODES)}")
@@ -195,11 +195,11 @@ def quantize(path, target: str, output, *, mode: str = "dynamic", calibration: s
 
 def _quantize(report, loaded, profile, src, out, calibration, exclude, inputs, seed, dims, gates, runs, repeats,
               facts, not_native) -> None:
-    from .quant_calibration import describe, generated_calibration, load_calibration
-    from .quant_choice import choose
-    from .quant_measure import compare_outputs, latency, model_bytes, session
-    from .quant_ort import pre_process, quantize_once
-    from .verify import generate_inputs, load_inputs
+    from op_coverage.quant_calibration import describe, generated_calibration, load_calibration
+    from op_coverage.quant_choice import choose
+    from op_coverage.quant_measure import compare_outputs, latency, model_bytes, session
+    from op_coverage.quant_ort import pre_process, quantize_once
+    from op_coverage.verify import generate_inputs, load_inputs
 
     struct = loaded.model
     feeds = load_inputs(inputs, struct) if inputs else generate_inputs(struct, seed, dims)
@@ -251,7 +251,7 @@ def _quantize(report, loaded, profile, src, out, calibration, exclude, inputs, s
                 report.notes.append(f"{profile.name} runs no dynamic integer form; used {choice.format} "
                                     "(static scales from calibration) instead")
         qmodel = onnx.load(str(choice.path), load_external_data=True)
-        from .rewrite import save_checked
+        from op_coverage.rewrite import save_checked
         final = tmp / out.name
         report.external_data = save_checked(
             qmodel, final, external, out,

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import onnx
 
-from .errors import ModelNotFound, OutputNotWritable, RewriteFailed, ScanError, UnknownTarget, VerifyFailed
-from .inventory import norm_domain
-from .plan import Env, NodePlan, Planner, name_generator, scope_env
-from .profile import SupportProfile
+from op_coverage.errors import ModelNotFound, OutputNotWritable, RewriteFailed, ScanError, UnknownTarget, VerifyFailed
+from op_coverage.inventory import norm_domain
+from op_coverage.plan import Env, NodePlan, Planner, name_generator, scope_env
+from op_coverage.profile import SupportProfile
 
 
 @dataclass
@@ -114,8 +114,8 @@ def rewrite_model(model: onnx.ModelProto, profile: SupportProfile, *, max_depth:
         g.node.extend(new_nodes)
 
     def _fold(nodes, emitted, env, g, path):
-        from .fold import fold as fold_casts
-        from .plan import infer_into
+        from op_coverage.fold import fold as fold_casts
+        from op_coverage.plan import infer_into
         if not any(m.op_type in ("CastLike", "Cast") and m.name in emitted for m in nodes):
             return nodes
         tenv = env.child()  # the types of what the replacements produce, learnt without weights
@@ -139,7 +139,7 @@ def rewrite_model(model: onnx.ModelProto, profile: SupportProfile, *, max_depth:
 
 def _function_env(f: onnx.FunctionProto, sites: list, opsets: dict) -> Env:
     """Types inside a function body, from its call sites when they all agree (then inferred through the body)."""
-    from .plan import infer_into
+    from op_coverage.plan import infer_into
     env = Env(opsets=opsets)
     for i, formal in enumerate(f.input):
         seen = {s[i][0] for s in sites if i < len(s)}
@@ -235,10 +235,10 @@ def rewrite(path, target: str, output, *, profiles: list | None = None, without_
         :class:`RewriteFailed` when the checker rejects the result; :class:`VerifyFailed`
         (carrying the report as ``.report``) when outputs changed.
     """
-    from .lacking import parse_ops, without
-    from .load import load_for_scan
-    from .scan import scan_model
-    from .targets import load_targets
+    from op_coverage.lacking import parse_ops, without
+    from op_coverage.load import load_for_scan
+    from op_coverage.scan import scan_model
+    from op_coverage.targets import load_targets
 
     src = Path(path)
     loaded = load_for_scan(src)  # safety: external-data paths, opsets, truncation
@@ -275,7 +275,7 @@ def rewrite(path, target: str, output, *, profiles: list | None = None, without_
 def _check_verify_write(report: RewriteReport, model, loaded, src: Path, out: Path, inputs, seed, dims, atol,
                         rtol, verify_outputs: bool) -> None:
     """Save to a temporary folder beside *out*, run the checker, verify, then move into place."""
-    from .verify import generate_inputs, load_inputs, verify
+    from op_coverage.verify import generate_inputs, load_inputs, verify
     res = report.result
     external = bool(loaded.external_files) or model.ByteSize() > 1_800_000_000
     with tempfile.TemporaryDirectory(prefix=".op_coverage-", dir=out.parent) as tmp:

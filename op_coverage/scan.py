@@ -5,13 +5,13 @@ import os
 from pathlib import Path
 from typing import Iterable
 
-from . import __version__
-from .errors import ModelNotFound, ScanError
-from .inventory import Inventory, build_inventory
-from .load import LoadedModel, load_for_scan
-from .profile import RANK, SupportProfile, Verdict
-from .report.model import ModelReport, OpRow, Report, TargetSummary, merge_verdicts
-from .targets import TargetSet, load_targets
+from op_coverage import __version__
+from op_coverage.errors import ModelNotFound, ScanError
+from op_coverage.inventory import Inventory, build_inventory
+from op_coverage.load import LoadedModel, load_for_scan
+from op_coverage.profile import RANK, SupportProfile, Verdict
+from op_coverage.report.model import ModelReport, OpRow, Report, TargetSummary, merge_verdicts
+from op_coverage.targets import TargetSet, load_targets
 
 
 def _progress(iterable, total: int, desc: str, enabled: bool | None):
@@ -112,7 +112,7 @@ def scan_model(loaded: LoadedModel, profiles: list[SupportProfile]) -> ModelRepo
         summaries.append(s)
 
     if any(v.get("status") not in (None, "native") for r in rows.values() for v in r.support.values()):
-        from .plan import fill_replacements  # the planner (rules, onnx.helper, numpy) only when needed
+        from op_coverage.plan import fill_replacements  # the planner (rules, onnx.helper, numpy) only when needed
         fill_replacements(loaded.model, rows, profiles)
 
     def badness(r: OpRow):

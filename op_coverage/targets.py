@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .datafiles import names, read_json
-from .errors import BadProfile, UnknownTarget
-from .profile import SupportProfile
+from op_coverage.datafiles import names, read_json
+from op_coverage.errors import BadProfile, UnknownTarget
+from op_coverage.profile import SupportProfile
 
 #: names users try that have no published table yet, and what to do instead
 NO_DATA = {
@@ -99,7 +99,7 @@ class TargetSet:
                         raise UnknownTarget(f"target {t!r}: {NO_DATA[t.lower()]}")
                     known = ", ".join(sorted(set(self.names()) | {"ort-live", "all"}))
                     hint = ""
-                    from .torch_profiles import alias_map, load_torch_profiles
+                    from op_coverage.torch_profiles import alias_map, load_torch_profiles
                     if t in alias_map(load_torch_profiles(use_plugins=False)):
                         hint = f"; {t!r} is a torch target (for training scripts and op traces, not ONNX models)"
                     raise UnknownTarget(f"target {t!r} is not known; choose from: {known} "
@@ -110,8 +110,8 @@ class TargetSet:
 
 
 def _live(ts: TargetSet) -> SupportProfile:
-    from .probe_cache import ProbeCache
-    from .probe_ort import OrtLiveProfile, installed_providers
+    from op_coverage.probe_cache import ProbeCache
+    from op_coverage.probe_ort import OrtLiveProfile, installed_providers
     cache = ProbeCache()
     if not installed_providers(cache):
         raise UnknownTarget("target 'ort-live': onnxruntime is not installed here; install it or pick a table target")
@@ -160,5 +160,5 @@ def resolve_torch(requested: list[str], profile_files=None, use_plugins: bool = 
 
     Raises :class:`~op_coverage.errors.UnknownTarget` listing every known torch name and alias.
     """
-    from .torch_profiles import load_torch_profiles, resolve_torch_targets
+    from op_coverage.torch_profiles import load_torch_profiles, resolve_torch_targets
     return resolve_torch_targets(load_torch_profiles(profile_files or (), use_plugins, problems), requested)

@@ -39,7 +39,7 @@ from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from typing import List, Optional, Sequence
 
-from .torch_profiles import TorchProfile, Verdict
+from op_coverage.torch_profiles import TorchProfile, Verdict
 
 KINDS = ("decomposition", "fused_op", "cpu_fallback", "none", "native")
 MAX_DEPTH = 6

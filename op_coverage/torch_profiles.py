@@ -32,7 +32,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Iterable, Optional
 
-from .errors import BadProfile, UnknownTarget
+from op_coverage.errors import BadProfile, UnknownTarget
 
 SCHEMA = "op_coverage.torch_profile/1"
 OLD_SCHEMA = "hal.op_profile/1"

@@ -21,9 +21,9 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from . import __version__
-from .report.model import ModelReport, OpRow, Report, TargetSummary, merge_verdicts
-from .profile import Verdict as ReportVerdict
+from op_coverage import __version__
+from op_coverage.report.model import ModelReport, OpRow, Report, TargetSummary, merge_verdicts
+from op_coverage.profile import Verdict as ReportVerdict
 
 #: the targets of a torch scan without -t: each vendor's newest op list
 DEFAULT_TARGETS = ("ascend", "mlu", "musa", "xpu", "mps", "gcu", "cuda")
@@ -33,7 +33,7 @@ _STATUS = {"native": "native", "composite": "native"}
 
 def resolve(requested: Iterable[str], torch_version: str, profile_files=(), use_plugins: bool = False):
     """``-t`` values → ``[(TorchProfile, skew warning or None)]`` for a trace of ``torch_version``."""
-    from .torch_profiles import _minor, alias_map, load_torch_profiles, nearest_profile, resolve_torch_targets
+    from op_coverage.torch_profiles import _minor, alias_map, load_torch_profiles, nearest_profile, resolve_torch_targets
 
     profiles = load_torch_profiles(profile_files or (), use_plugins)
     amap = alias_map(profiles)
@@ -131,7 +131,7 @@ def scan_trace(trace: dict, targets: Iterable[str] = (), profile_files=(), use_p
 def _fill_plans(rows, chosen) -> None:
     """Each missing op's replacement per target, when the planner is there (op_coverage.torch_plan)."""
     try:
-        from .torch_plan import plan_op
+        from op_coverage.torch_plan import plan_op
     except ImportError:
         return
     for row in rows:
@@ -164,5 +164,5 @@ def is_trace_file(path: str) -> bool:
             head = f.read(4096)
     except OSError:
         return False
-    from .torch_trace import SCHEMA
+    from op_coverage.torch_trace import SCHEMA
     return SCHEMA in head

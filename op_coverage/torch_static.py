@@ -21,8 +21,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Iterable, List, Optional, Sequence, Union
 
-from .datafiles import read_json
-from .errors import ScriptNotFound
+from op_coverage.datafiles import read_json
+from op_coverage.errors import ScriptNotFound
 
 FORMAT = "op_coverage.torch_static/1"
 RULES_FILE = "torch_static_rules.json"
@@ -189,7 +189,7 @@ def _finding(rule: dict, file: str, line: int, col: int, lines: List[str], fill:
 
 def scan_file(path: Path, shown: str, rules: dict, fill: dict, index=None) -> "tuple[dict, List[Finding]]":
     """Findings of one file (``shown`` is the name the report uses)."""
-    from .torch_static_ast import RuleIndex, scan_tree
+    from op_coverage.torch_static_ast import RuleIndex, scan_tree
 
     index = index or RuleIndex(rules)
     by_id = index.by_id
@@ -233,8 +233,8 @@ def static_scan(paths: Union[str, Path, Sequence[Union[str, Path]]], vendors: It
         not UTF-8 is read as Latin-1 with a ``not-utf8`` finding.
     :raises ScriptNotFound: a path does not exist, or a folder holds no ``.py`` file.
     """
-    from . import __version__
-    from .torch_static_ast import RuleIndex
+    from op_coverage import __version__
+    from op_coverage.torch_static_ast import RuleIndex
 
     start = time.perf_counter()
     rules = load_rules()

@@ -22,7 +22,7 @@ import sys
 import tempfile
 from typing import List, Optional, Sequence
 
-from .errors import ScanError
+from op_coverage.errors import ScanError
 
 SCHEMA = "op_coverage.torch_trace/1"
 

@@ -15,7 +15,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from .errors import ScanError
+from op_coverage.errors import ScanError
 
 #: (atol, rtol) per output dtype; decompositions reorder float arithmetic, so float32 gets
 #: a few ulp of headroom per op on the path; float16/bfloat16 have 11/8 significant bits.

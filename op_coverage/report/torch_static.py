@@ -13,9 +13,9 @@ import json
 import textwrap
 from html import escape
 
-from .html import STYLE as ONNX_STYLE
-from .markdown import _esc
-from .table import COLOR as ONNX_COLOR, RESET
+from op_coverage.report.html import STYLE as ONNX_STYLE
+from op_coverage.report.markdown import _esc
+from op_coverage.report.table import COLOR as ONNX_COLOR, RESET
 
 LEVEL_LABEL = {"change": "CHANGE", "caveat": "caveat", "ok": "ok"}
 LEVEL_TITLE = {"change": "Needs a change", "caveat": "Runs via hal run, with a caveat", "ok": "Works via hal run"}

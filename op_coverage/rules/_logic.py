@@ -7,7 +7,7 @@ verified here (a bool condition choosing numeric branches is fine).
 """
 from __future__ import annotations
 
-from ._base import FLOATS, INTS, Builder, Decline, Rule, _dtype_name, attr, dtype_enum, only_attrs
+from op_coverage.rules._base import FLOATS, INTS, Builder, Decline, Rule, _dtype_name, attr, dtype_enum, only_attrs
 
 
 def _count_true(b: Builder, node) -> str:
