@@ -1,7 +1,7 @@
 """The host CPU: always present; chosen only when no accelerator is, with a stated reason."""
-from hal.kernel_table import builtin_fused_kernels
-from hal.plugin_kit import VendorPlugin
-from hal.spec import ProbeResult, Status, builtin_spec
+from hal.plugin.facts import builtin_fused_kernels
+from hal.plugin.kit import VendorPlugin
+from hal.plugin.spec import ProbeResult, Status, builtin_spec
 
 
 class CPUPlugin(VendorPlugin):

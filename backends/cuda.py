@@ -1,17 +1,17 @@
 """NVIDIA CUDA on stock PyTorch.  Not chosen when the cuda device type belongs to a
-CUDA-compatible vendor build (see hal.cuda_family)."""
-from hal.cuda_family import identify
-from hal.kernel_table import builtin_fused_kernels
-from hal.plugin_kit import VendorPlugin
-from hal.probe import probe_module_and_nodes
-from hal.spec import ProbeResult, Status, builtin_spec
+CUDA-compatible vendor build (see hal.plugin.cuda_family)."""
+from hal.plugin.cuda_family import identify
+from hal.plugin.facts import builtin_fused_kernels
+from hal.plugin.kit import VendorPlugin
+from hal.plugin.probe import probe_module_and_nodes
+from hal.plugin.spec import ProbeResult, Status, builtin_spec
 
 #: imported on load (it imports torch)
 CUDA_BACKEND = "hal_backends.torch_backends:CUDABackend"
 
 
 class CUDAFamilyPlugin(VendorPlugin):
-    """A backend that owns torch's ``cuda`` device type when hal.cuda_family says so."""
+    """A backend that owns torch's ``cuda`` device type when hal.plugin.cuda_family says so."""
 
     def probe(self, context):
         owner, evidence = identify(context)

@@ -1,8 +1,8 @@
 """Stacks whose torch build presents itself as ``cuda``: AMD ROCm, Hygon DCU, MetaX,
-Iluvatar CoreX, Kunlunxin.  Told apart from NVIDIA by hal.cuda_family's evidence."""
-from hal.kernel_table import builtin_fused_kernels
+Iluvatar CoreX, Kunlunxin.  Told apart from NVIDIA by hal.plugin.cuda_family's evidence."""
+from hal.plugin.facts import builtin_fused_kernels
 from hal.plugin import hookimpl
-from hal.spec import builtin_spec
+from hal.plugin.spec import builtin_spec
 
 from hal_backends.cuda import CUDA_BACKEND, CUDAFamilyPlugin
 

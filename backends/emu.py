@@ -6,8 +6,8 @@ out-of-tree c10d backend, as vendor CCLs are.
 """
 from hal._errors import NoDevice
 from hal.plugin import hookimpl
-from hal.plugin_kit import VendorPlugin
-from hal.spec import ProbeResult, Status, builtin_spec
+from hal.plugin.kit import VendorPlugin
+from hal.plugin.spec import ProbeResult, Status, builtin_spec
 
 #: values of HAL_BACKEND that opt in
 OPT_IN = ("emu",)

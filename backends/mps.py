@@ -1,6 +1,6 @@
 """Apple silicon GPUs through Metal (MPS): built into torch on macOS; no collective backend."""
-from hal.plugin_kit import VendorPlugin
-from hal.spec import ProbeResult, Status, builtin_spec
+from hal.plugin.kit import VendorPlugin
+from hal.plugin.spec import ProbeResult, Status, builtin_spec
 
 
 class MPSPlugin(VendorPlugin):

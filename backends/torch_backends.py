@@ -1,4 +1,4 @@
-"""The Backend classes of the built-in plugins that differ from :class:`hal.backend.Backend`.
+"""The Backend classes of the built-in plugins that differ from :class:`hal.plugin.backend.Backend`.
 
 Imported when a plugin loads its backend, never when the plugin is registered: these
 classes import torch, and registering plugins (``hal list``, plugin op profiles for
@@ -12,7 +12,7 @@ import torch
 
 from hal import __version__
 from hal._errors import NotSupported
-from hal.backend import Backend, DeviceProperties, host_memory_bytes
+from hal.plugin.backend import Backend, DeviceProperties, host_memory_bytes
 
 
 class CPUBackend(Backend):

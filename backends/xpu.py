@@ -1,7 +1,7 @@
 """Intel GPUs (XPU) on stock PyTorch: device type xpu, collective xccl."""
-from hal.plugin_kit import VendorPlugin
-from hal.probe import probe_module_and_nodes
-from hal.spec import ProbeResult, Status, builtin_spec
+from hal.plugin.kit import VendorPlugin
+from hal.plugin.probe import probe_module_and_nodes
+from hal.plugin.spec import ProbeResult, Status, builtin_spec
 
 
 class XPUPlugin(VendorPlugin):

@@ -45,7 +45,7 @@ sys.path.insert(0, os.path.join(ROOT, "tests", "torch_zoo"))
 import hal.emu, hal.fallback
 hal.emu.install()
 from hal.emu import _dispatch as emu
-from op_coverage.torch_plan import resolve
+from hal.op_support.torch_plan import resolve
 from models import ARCHITECTURES
 cfg, arch, steps, warmup = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 if cfg in ("decomp", "host_copy"):

@@ -1,10 +1,10 @@
-"""What the transfer shim (``hal run`` / ``hal.transfer.enable()``) costs on the CPU.
+"""What the transfer shim (``hal run`` / ``hal.redirect.enable()``) costs on the CPU.
 
 Baseline: raw torch on the CPU, the same model and step, measured side by side.
 
 1. per step, in one process: one training step (forward, backward, optimizer step, and the
    script's per-batch ``.cuda()`` / ``.to("cuda")``) of a small MLP + AdamW and a small CNN
-   + SGD, under ``hal.transfer.enable()`` on the cpu backend, against the same step in raw
+   + SGD, under ``hal.redirect.enable()`` on the cpu backend, against the same step in raw
    torch (``.to("cpu")`` in place of the CUDA moves).  Variants are interleaved inside each
    repeat, so that load from other processes hits them alike;
 2. the whole command, in fresh processes: ``HAL_BACKEND=cpu hal run script.py`` against
@@ -43,8 +43,8 @@ import warnings
 
 import torch
 
-import hal.transfer
-from hal.registry import Registry
+import hal.redirect
+from hal.plugin.registry import Registry
 
 
 def mlp():
@@ -82,7 +82,7 @@ def make_step(build, device):
 
 
 def per_step(steps, repeats, backend):
-    shim = lambda: hal.transfer.enable(backend)  # noqa: E731 - on only while its variant runs
+    shim = lambda: hal.redirect.enable(backend)  # noqa: E731 - on only while its variant runs
     out = {}
     for name, build in (("mlp_adamw", mlp), ("cnn_sgd", cnn)):
         with shim():
@@ -160,7 +160,7 @@ def call_costs(backend, number=20000, repeats=7):
         return {k: [t / number * 1e9 for t in timeit.repeat(stmt, globals=env, number=number, repeat=repeats)]
                 for k, stmt in CALLS.items()}
     raw = measure()
-    with hal.transfer.enable(backend):
+    with hal.redirect.enable(backend):
         shim = measure()
     return {k: {"raw": raw[k], "shim": shim[k]} for k in CALLS}
 
@@ -187,7 +187,7 @@ def main():
     p.add_argument("--json", action="store_true")
     args = p.parse_args()
     warnings.simplefilter("ignore")
-    logging.getLogger("hal.transfer").setLevel(logging.ERROR)
+    logging.getLogger("hal.redirect").setLevel(logging.ERROR)
     torch.set_num_threads(1)
     backend = Registry(env={"HAL_BACKEND": "cpu"}).selected().backend
 
@@ -213,7 +213,7 @@ def main():
     for k, v in steps.items():
         print(f"{k}: ms/step")
         print(_line("raw torch", v["raw"], v["raw"], "ms"))
-        print(_line("hal.transfer (cpu)", v["shim"], v["raw"], "ms"))
+        print(_line("hal.redirect (cpu)", v["shim"], v["raw"], "ms"))
     print("per call: ns (min of 7 x 20000 calls)")
     for k, v in calls.items():
         print(f"  {k:38s} raw {min(v['raw']):6.0f}  shim {min(v['shim']):6.0f}  "

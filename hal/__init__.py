@@ -18,8 +18,8 @@ from hal.device import (Event, Stream, autocast, backend_name, current_backend, 
                         memory_stats, pin_memory, reset_peak_memory_stats, set_device,
                         set_rng_state, stream, supported_dtypes, synchronize, versions)
 from hal.plugin import hookimpl, hookspec
-from hal.registry import get_registry, reset_registry
-from hal.spec import BackendSpec, ProbeResult, Status
+from hal.plugin.registry import get_registry, reset_registry
+from hal.plugin.spec import BackendSpec, ProbeResult, Status
 
 
 def native_available() -> bool:
@@ -47,7 +47,7 @@ def fallback_report():
 
 
 def __getattr__(name):
-    # ``hal.checkpoint``, ``hal.metrics``, ``hal.transfer``, ``hal.conformance``, ``hal.emu``,
+    # ``hal.checkpoint``, ``hal.metrics``, ``hal.redirect``, ``hal.conformance``, ``hal.emu``,
     # ``hal.dist`` and ``hal.doctor`` after a bare ``import hal``, imported on first use
     if name in ("checkpoint", "metrics", "transfer", "conformance", "emu", "dist", "doctor", "fallback"):
         import importlib

@@ -2,7 +2,7 @@
 
 On a backend whose device is torch's ``PrivateUse1`` device (every domestic vendor plugin, and the
 emulator), :func:`install` registers, for each aten op the backend's torch profile judges *missing*,
-torch's aten-level decomposition (``torch._decomp``, the same table :mod:`op_coverage.torch_plan`
+torch's aten-level decomposition (``torch._decomp``, the same table :mod:`hal.op_support.torch_plan`
 plans with) as the op's ``PrivateUse1`` kernel.  Its pieces dispatch again: to the vendor's kernels,
 or to another installed decomposition (that is the recursion the plan predicts).  Each use is
 counted (:func:`report`, also in :func:`hal.fallback_report`) and announced once.
@@ -31,7 +31,7 @@ from typing import List, Optional
 
 import torch
 
-from hal._decompose import Uses, decomposition_kernel
+from hal.op_support.decompose import Uses, decomposition_kernel
 
 ENV = "HAL_FALLBACK"
 ENV_PROFILE = "HAL_FALLBACK_PROFILE"
@@ -86,13 +86,13 @@ def _counting() -> bool:
 
 
 def _selected():
-    from hal.registry import get_registry
+    from hal.plugin.registry import get_registry
     return get_registry().selected()
 
 
 def _resolve_profile(profile, on_emu: bool):
     """``(TorchProfile or None, where it came from)``."""
-    from op_coverage.torch_profiles import TorchProfile, alias_map, load_torch_profiles, profile_from_plugin
+    from hal.op_support.torch_profile import TorchProfile, alias_map, load_torch_profiles, profile_from_plugin
     if isinstance(profile, TorchProfile):
         return profile, "argument"
     name = profile or os.environ.get(ENV_PROFILE, "").strip() or None
@@ -110,7 +110,7 @@ def _resolve_profile(profile, on_emu: bool):
         if p is not None:
             return p, "HAL_EMU_OPS"
     try:
-        from hal.registry import get_registry
+        from hal.plugin.registry import get_registry
         reg = get_registry()
         cand = reg.selected()
         plugin = reg.pm.get_plugin(cand.plugin)
@@ -189,7 +189,7 @@ def install(profile=None) -> InstallReport:
                                      f"{ENV_PROFILE}=NAME" + (", or HAL_EMU_OPS=NAME on the emulator" if on_emu else "")
                                      + " (op_coverage targets lists the names)", backend, device_type)
         return _last
-    from op_coverage.torch_plan import decomposition_for, resolve
+    from hal.op_support.torch_plan import decomposition_for, resolve
     emulated: set = set()
     if on_emu:
         from hal.emu import _dispatch as emu

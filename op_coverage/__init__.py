@@ -14,7 +14,7 @@ __version__ = "0.1.0"
 from op_coverage.errors import ScanError  # noqa: E402
 from op_coverage.report import render  # noqa: E402
 from op_coverage.scan import scan  # noqa: E402
-from op_coverage.targets import load_targets  # noqa: E402
+from op_coverage.targets.catalog import load_targets  # noqa: E402
 
 
 def list_targets(profile_files=None, kinds=("onnx", "torch"), use_plugins: bool = True,
@@ -24,7 +24,7 @@ def list_targets(profile_files=None, kinds=("onnx", "torch"), use_plugins: bool 
     What ``op_coverage targets`` prints.  ``profile_files`` may mix ONNX and torch profiles (told
     apart by their ``schema`` field); ``profile_kind`` says where a profile comes from.
     """
-    from op_coverage.targets import split_profile_files
+    from op_coverage.targets.catalog import split_profile_files
 
     onnx_files, torch_files = split_profile_files(profile_files)
     out = []
@@ -44,9 +44,9 @@ def list_targets(profile_files=None, kinds=("onnx", "torch"), use_plugins: bool 
         if problems is not None:
             problems += ts.problems
     if "torch" in kinds:
-        from op_coverage.torch_profiles import load_torch_profiles
+        from hal.op_support.torch_profile import load_torch_profiles
 
-        from op_coverage.torch_profiles import version_key
+        from hal.op_support.torch_profile import version_key
 
         tps = load_torch_profiles(torch_files, use_plugins=use_plugins, problems=problems).values()
         out += [p.summary() for p in sorted(tps, key=lambda p: (p.vendor, version_key(p.torch_version), p.name))]

@@ -7,15 +7,15 @@ from typing import Iterable
 
 from op_coverage import __version__
 from op_coverage.errors import ModelNotFound, ScanError
-from op_coverage.inventory import Inventory, build_inventory
-from op_coverage.load import LoadedModel, load_for_scan
-from op_coverage.profile import RANK, SupportProfile, Verdict
+from op_coverage.onnx.inventory import Inventory, build_inventory
+from op_coverage.onnx.load import LoadedModel, load_for_scan
+from op_coverage.targets.profile import RANK, SupportProfile, Verdict
 from op_coverage.report.model import ModelReport, OpRow, Report, TargetSummary, merge_verdicts
-from op_coverage.targets import TargetSet, load_targets
+from op_coverage.targets.catalog import TargetSet, load_targets
 
 
 def _progress(iterable, total: int, desc: str, enabled: bool | None):
-    from hal.cli._term import progress
+    from hal.util.term import progress
 
     return progress(iterable, desc, "model" if desc == "scan" else "op", enabled=enabled, total=total)
 
@@ -112,7 +112,7 @@ def scan_model(loaded: LoadedModel, profiles: list[SupportProfile]) -> ModelRepo
         summaries.append(s)
 
     if any(v.get("status") not in (None, "native") for r in rows.values() for v in r.support.values()):
-        from op_coverage.plan import fill_replacements  # the planner (rules, onnx.helper, numpy) only when needed
+        from op_coverage.plan.planner import fill_replacements  # the planner (rules, onnx.helper, numpy) only when needed
         fill_replacements(loaded.model, rows, profiles)
 
     def badness(r: OpRow):
@@ -152,7 +152,7 @@ def scan(path: str | os.PathLike, targets: Iterable[str] | str = ("all",), *,
 
     :param path: a ``.onnx`` file or a folder.
     :param targets: target names or aliases (``"ascend"``, ``["ort-cuda", "tensorrt"]``,
-        ``"all"``); see :func:`op_coverage.targets.load_targets`.
+        ``"all"``); see :func:`op_coverage.targets.catalog.load_targets`.
     :param profiles: extra profile JSON files (``--profile``).
     :param progress: show a tqdm bar; ``None`` means only when stderr is a terminal.
     :returns: a :class:`~op_coverage.report.Report`; load failures of a single file raise

@@ -9,8 +9,8 @@ import pytest
 
 import hal
 from hal.emu._device import real_accelerator
-from hal.registry import Registry
-from hal.spec import Status
+from hal.plugin.registry import Registry
+from hal.plugin.spec import Status
 
 #: an available accelerator other than the emulator (cuda on a GPU machine), or None
 REAL_ACCELERATOR = real_accelerator()

@@ -13,7 +13,7 @@ from typing import Dict, Optional
 
 import torch
 
-from hal._io import atomic_write, fsync_dir
+from hal.util.io import atomic_write, fsync_dir
 from hal.checkpoint import _dist, _rng
 from hal.checkpoint._errors import CheckpointError
 from hal.checkpoint._files import crash_point, write_json, write_tensors

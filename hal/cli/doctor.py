@@ -8,7 +8,7 @@ import sys
 import threading
 import time
 
-from hal.cli._term import paint, print_json, use_color
+from hal.util.term import paint, print_json, use_color
 
 EPILOG = """\
 examples:
@@ -189,7 +189,7 @@ def run(args) -> int:
         if bar is not None:
             bar.close()
     if args.out:
-        from hal._io import append_jsonl
+        from hal.util.io import append_jsonl
         from hal.doctor.patrol import round_record
 
         append_jsonl(args.out, round_record(report, 1, started, time.time(), None))

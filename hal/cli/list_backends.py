@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import argparse
 
-from hal.cli._term import paint, print_json, table, use_color
-from hal.registry import get_registry
+from hal.util.term import paint, print_json, table, use_color
+from hal.plugin.registry import get_registry
 
 HELP_EPILOG = """\
 examples:

@@ -8,7 +8,7 @@ def main(out_path: str) -> None:
     import torch
     import torch.distributed as dist
 
-    from hal.registry import selected_backend
+    from hal.plugin.registry import selected_backend
 
     b = selected_backend()
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])

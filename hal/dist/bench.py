@@ -174,7 +174,7 @@ def rank_main(config: dict) -> Optional[dict]:
     import torch.distributed as dist
 
     import hal
-    from hal.registry import selected_backend
+    from hal.plugin.registry import selected_backend
     from hal.dist.checked import gather_floats, precheck
     from hal.dist.process_group import info
 

@@ -87,7 +87,7 @@ def backend_string(backend=None) -> str:
     :raises DistError: when the device's collective library is not registered with torch.
     """
     if backend is None:
-        from hal.registry import selected_backend
+        from hal.plugin.registry import selected_backend
 
         backend = selected_backend()
     spec = backend.spec
@@ -110,7 +110,7 @@ def backend_string(backend=None) -> str:
 def register_plugin_ccl() -> Optional[str]:
     """Register the selected backend's out-of-tree CCL if its plugin names one (``hal_c10d_backend``)."""
     from hal.dist.register import register_c10d_backend
-    from hal.registry import get_registry
+    from hal.plugin.registry import get_registry
 
     reg = get_registry()
     cand = reg.selected()
@@ -215,7 +215,7 @@ def init(backend: Optional[str] = None, *, timeout: Optional[float] = None,
     :raises DistError: with the reason and the fix (unknown CCL, store unreachable, ranks missing,
         mismatched world size, LOCAL_RANK beyond the visible devices).
     """
-    from hal.registry import selected_backend
+    from hal.plugin.registry import selected_backend
 
     if dist.is_initialized():
         if STATE.info is not None:

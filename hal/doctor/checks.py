@@ -20,7 +20,7 @@ def _result(status: str, summary: str, **details) -> dict:
 
 def backends() -> dict:
     """Backends found, which one is selected and why; broken stacks are a WARN."""
-    from hal.registry import get_registry
+    from hal.plugin.registry import get_registry
 
     rep = get_registry().report()
     broken = [f"{b['name']}: {b['reason']}" for b in rep["backends"] if b["status"] == "broken"]
@@ -34,7 +34,7 @@ def backends() -> dict:
 
 def devices() -> dict:
     """Device count and model of the selected backend."""
-    from hal.registry import selected_backend
+    from hal.plugin.registry import selected_backend
 
     b = selected_backend()
     n = b.device_count()
@@ -61,7 +61,7 @@ def _nvidia_smi_driver() -> str:
 def versions() -> dict:
     """driver / runtime / torch / vendor-extension versions, checked against hal/data/compat.json."""
     from hal.doctor import compat
-    from hal.registry import selected_backend
+    from hal.plugin.registry import selected_backend
 
     b = selected_backend()
     v = dict(b.versions())
@@ -196,7 +196,7 @@ def all_reduce(ranks: int = 2, timeout: float = 30.0) -> dict:
     there, so the summary says so and no rank is called a straggler.
     """
     from hal.dist.launch import spawn
-    from hal.registry import selected_backend
+    from hal.plugin.registry import selected_backend
 
     b = selected_backend()
     env: Dict[str, str] = {}
@@ -241,7 +241,7 @@ def all_reduce(ranks: int = 2, timeout: float = 30.0) -> dict:
 def transport() -> dict:
     """RDMA or TCP for the collective library, with the evidence."""
     from hal.doctor.transport import detect
-    from hal.registry import get_registry
+    from hal.plugin.registry import get_registry
 
     return detect(ccl=get_registry().selected().spec.dist_backend)
 

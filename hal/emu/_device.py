@@ -87,7 +87,7 @@ def install() -> None:
             torch.utils.generate_methods_for_privateuse1_backend(for_storage=True)
         _dispatch.configure(_module._C)
         _ipc.register()
-        from hal import _exit
+        from hal.util import exit as _exit
         _exit.register()  # autograd's emu device thread must not outlive the interpreter's GIL
         _installed = True
     _check_autograd()

@@ -35,7 +35,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
 
-from hal._decompose import Uses, decomposition_kernel
+from hal.op_support.decompose import Uses, decomposition_kernel
 from hal.emu._profile import native_packets
 
 _C = None  # hal_emu_C, set by configure()
@@ -175,7 +175,7 @@ def _reaches_device(qualified: str) -> bool:
 
 
 def _decomposition_kernel(op: torch._ops.OpOverload, decomp: Callable, qualified: str):
-    """The decomposition as emu's kernel (:func:`hal._decompose.decomposition_kernel`): counted in
+    """The decomposition as emu's kernel (:func:`hal.op_support.decompose.decomposition_kernel`): counted in
     :func:`fallback_report`, the host when the decomposition does not cover a call."""
     packet, _, overload = qualified.partition(".")
     return decomposition_kernel(op, decomp, qualified,
@@ -355,7 +355,7 @@ class VendorOps:
     def from_name(cls, name: str) -> "VendorOps":
         from hal._errors import HalError
         try:
-            from op_coverage.torch_profiles import alias_map, load_torch_profiles
+            from hal.op_support.torch_profile import alias_map, load_torch_profiles
         except ImportError as e:  # pragma: no cover - op_coverage ships with hal
             raise HalError(f"HAL_EMU_OPS={name}: op_coverage's torch profiles are not importable ({e})") from None
         profiles = load_torch_profiles(use_plugins=False)

@@ -25,7 +25,7 @@ class DeviceOpTrace:
         self._lock = threading.Lock()
 
     def _first_seen(self, op: str) -> None:
-        from hal.transfer._caller import user_site
+        from hal.redirect._caller import user_site
         try:
             site = user_site(1)
         except ValueError:  # a thread torch started: no Python frame above this one
@@ -85,7 +85,7 @@ def _forward_site() -> Optional[str]:
     the autograd node, when anomaly mode recorded it (``torch.autograd.set_detect_anomaly``)."""
     import torch
 
-    from hal.transfer._caller import _short
+    from hal.redirect._caller import _short
     node = torch._C._current_autograd_node() if hasattr(torch._C, "_current_autograd_node") else None
     if node is None:
         return None

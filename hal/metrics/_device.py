@@ -65,7 +65,7 @@ class DeviceProbe:
         if not self._util_ok or self.backend.device_type == "cpu":
             return None
         try:
-            from hal.registry import get_registry
+            from hal.plugin.registry import get_registry
             reg = get_registry()
             cand = reg.selected()
             plugin = reg.pm.get_plugin(cand.plugin)

@@ -118,7 +118,7 @@ def forced_path() -> Optional[str]:
 # -- declared kernels ------------------------------------------------------------------
 def _owner(device_type: str):
     """(registry, candidate) of the backend that owns ``device_type``, or (registry, None)."""
-    from hal.registry import get_registry
+    from hal.plugin.registry import get_registry
 
     reg = get_registry()
     if device_type == "cpu":

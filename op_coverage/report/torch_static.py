@@ -2,7 +2,7 @@
 
 Works on any report with ``findings`` (objects with file, line, col, rule, category, level,
 what, fix, code, source), ``files``, ``counts()``, ``exit_code()`` and ``to_dict()``:
-:class:`op_coverage.torch_static.StaticReport` today, the dynamic torch scan's findings later.
+:class:`op_coverage.torch.static.StaticReport` today, the dynamic torch scan's findings later.
 The table and HTML reuse the ONNX report's colours and style.
 """
 from __future__ import annotations

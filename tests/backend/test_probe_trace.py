@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from hal.cli import main
-from hal.opprobe import _error_template, load_trace, probe_trace, probe_trace_op
+from hal.op_support.observe import _error_template, load_trace, probe_trace, probe_trace_op
 from op_coverage.datafiles import read_json
-from op_coverage.torch_profiles import TorchProfile
+from hal.op_support.torch_profile import TorchProfile
 
 OPS = [("addmm", ["float32"]), ("add.Tensor", ["float32", "int64"]), ("lgamma", ["float32"]),
        ("embedding_dense_backward", ["float32"]), ("native_dropout", ["float32"]),

@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 
 from rw_helpers import model, ops_in, rewrite_and_compare
-from op_coverage.rules import Builder, Decline, rules_for
-from op_coverage.verify import generate_inputs
-from op_coverage.rules._activation import _erf_plain, _erf_where
+from op_coverage.plan.rules import Builder, Decline, rules_for
+from op_coverage.rewrite.verify import generate_inputs
+from op_coverage.plan.rules._activation import _erf_plain, _erf_where
 
 H = '<ir_version: 9, opset_import: ["" : 20, "com.microsoft" : 1]>'
 
@@ -262,7 +262,7 @@ def test_where_of_runtime_values_still_uses_arithmetic():
 ])
 def test_data_dependent_ops_say_host_fallback_instead_of_no_rule(text, op):
     from rw_helpers import lacking
-    from op_coverage.rewrite import rewrite_model
+    from op_coverage.rewrite.pipeline import rewrite_model
     res = rewrite_model(model(H + "\n" + text), lacking(op))
     why = res.blocked[op]["reasons"][0]
     assert "output shape depends on the input values" in why and "host" in why, why

@@ -7,10 +7,10 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-import op_coverage.torch_profiles as tp
+import hal.op_support.torch_profile as tp
 from op_coverage.datafiles import read_json
 from op_coverage.errors import BadProfile, UnknownTarget
-from op_coverage.torch_profiles import (TorchProfile, load_torch_profiles, nearest_profile,
+from hal.op_support.torch_profile import (TorchProfile, load_torch_profiles, nearest_profile,
                                         resolve_torch_targets)
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -189,7 +189,7 @@ def test_skew_warning_for_a_2_10_trace_against_ascend(profiles):
 
 
 def test_loading_reads_json_only(tmp_path):
-    code = ("import sys, op_coverage.torch_profiles as t; ps = t.load_torch_profiles(use_plugins=False); "
+    code = ("import sys, hal.op_support.torch_profile as t; ps = t.load_torch_profiles(use_plugins=False); "
             "ps['ascend'] if False else None; [p.judge('addmm') for p in ps.values()]; "
             "print('torch' in sys.modules)")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
@@ -253,7 +253,7 @@ def test_plugin_profiles_in_both_formats(monkeypatch):
 
 
 def test_the_emulator_plugin_profile_loads():
-    pytest.importorskip("hal.registry")
+    pytest.importorskip("hal.plugin.registry")
     problems = []
     ps = load_torch_profiles(problems=problems)
     assert "emu" in ps and not problems, problems

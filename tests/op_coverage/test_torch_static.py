@@ -18,7 +18,7 @@ import pytest
 from op_coverage.datafiles import read_json
 from op_coverage.errors import ScriptNotFound
 from op_coverage.report.torch_static import CSV_COLUMNS, render
-from op_coverage.torch_static import LEVELS, load_rules, static_scan
+from op_coverage.torch.static import LEVELS, load_rules, static_scan
 
 ROOT = Path(__file__).resolve().parents[2]
 CORPUS = ROOT / "tests" / "corpus" / "scripts"
@@ -513,7 +513,7 @@ def test_renderers_share_the_findings(tmp_path):
 
 
 def test_static_scan_does_not_import_torch():
-    code = ("import sys; from op_coverage.torch_static import static_scan; "
+    code = ("import sys; from op_coverage.torch.static import static_scan; "
             f"r = static_scan({str(CORPUS)!r}); print(len(r.findings)); "
             "assert 'torch' not in sys.modules, 'torch imported'")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,

@@ -23,8 +23,8 @@ EXPECTED = {
 
 @pytest.mark.parametrize("name", sorted(ARCHITECTURES))
 def test_each_architecture_scanned_against_five_vendors(emu_one_thread, name):
-    from op_coverage.torch_scan import scan_trace
-    from op_coverage.torch_trace import make_trace
+    from op_coverage.torch.scan import scan_trace
+    from op_coverage.torch.trace import make_trace
     rows = traced_step(step_on(name, emu_one_thread, ARCHITECTURES))
     report = scan_trace(make_trace(rows, {"kind": "factory", "target": name}, 1, 0.0, "end",
                                    torch.__version__), TARGETS, plan=False)

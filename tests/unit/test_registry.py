@@ -8,8 +8,8 @@ import textwrap
 import pytest
 
 import hal
-from hal.registry import Registry
-from hal.spec import Status
+from hal.plugin.registry import Registry
+from hal.plugin.spec import Status
 
 BROKEN_PLUGINS = {
     # raises when imported
@@ -119,7 +119,7 @@ def test_block_plugins_by_name(plugin_dir):
 
 
 def test_import_hal_does_no_device_work():
-    code = ("import sys, hal, hal.registry as r; "
+    code = ("import sys, hal, hal.plugin.registry as r; "
             "assert r._registry is None, 'registry built at import'; "
             "bad = [m for m in sys.modules if m.startswith(('torch_npu','torch_mlu','torch_musa','torch_gcu',"
             "'torch_supa','torch_sdaa','hal_backends'))]; assert not bad, bad")

@@ -4,8 +4,8 @@ independently of hal's own enumeration."""
 import pytest
 import torch
 
-import hal.transfer
-from hal.registry import Registry
+import hal.redirect
+from hal.plugin.registry import Registry
 
 #: sub-namespaces where an aten op ``<prefix>_<name>`` is reached as ``torch.<ns>.<name>``
 SUBMODULES = {"fft": torch.fft, "linalg": torch.linalg, "special": torch.special, "nested": torch.nested,
@@ -38,7 +38,7 @@ def reachable(name):
 def test_every_schema_device_call_reachable_from_torch_is_wrapped(cpu_backend):
     calls = [c for name in sorted(device_taking_ops()) for c in reachable(name)]
     assert len(calls) > 50  # factories, *_like, windows, sparse constructors, Tensor.to/new_*, fft.*freq ...
-    with hal.transfer.enable(cpu_backend):
+    with hal.redirect.enable(cpu_backend):
         missing = [label for label, owner, attr in calls
                    if not getattr(getattr(owner, attr), "__hal_transfer__", False)]
     assert missing == []
@@ -47,7 +47,7 @@ def test_every_schema_device_call_reachable_from_torch_is_wrapped(cpu_backend):
 def test_python_level_device_calls_are_wrapped(cpu_backend):
     from torch.utils._device import DeviceContext
     from torch.utils.data import DataLoader
-    with hal.transfer.enable(cpu_backend):
+    with hal.redirect.enable(cpu_backend):
         owners = {"torch.asarray": torch.asarray, "torch.Tensor.new_tensor": torch.Tensor.new_tensor,
                   "torch.Tensor.cuda": torch.Tensor.cuda, "torch.Tensor.type": torch.Tensor.type,
                   "torch.nn.Module.to": torch.nn.Module.to, "torch.nn.Module.cuda": torch.nn.Module.cuda,
@@ -94,5 +94,5 @@ def test_cuda_device_arguments_land_on_the_backend(cpu_backend, call, device):
     except (RuntimeError, AssertionError):
         without = "error"
     assert without != "cpu"
-    with hal.transfer.enable(cpu_backend):
+    with hal.redirect.enable(cpu_backend):
         assert call(device).device.type == "cpu"

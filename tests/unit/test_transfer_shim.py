@@ -1,11 +1,11 @@
-"""hal.transfer.enable(): CUDA calls land on the selected backend, are logged, and are undone."""
+"""hal.redirect.enable(): CUDA calls land on the selected backend, are logged, and are undone."""
 
 import pytest
 import torch
 
 import hal
-import hal.transfer
-from hal.registry import Registry
+import hal.redirect
+from hal.plugin.registry import Registry
 
 pytestmark = pytest.mark.emu
 
@@ -25,7 +25,7 @@ def _calls(t, kind):
 
 
 def test_cuda_tensors_and_modules_land_on_the_cpu(cpu_backend):
-    with hal.transfer.enable(cpu_backend) as t:
+    with hal.redirect.enable(cpu_backend) as t:
         x = torch.ones(2, device="cuda")
         y = torch.zeros(2).cuda()
         m = torch.nn.Linear(2, 2).cuda()
@@ -35,7 +35,7 @@ def test_cuda_tensors_and_modules_land_on_the_cpu(cpu_backend):
 
 
 def test_cuda_tensors_land_on_the_emulator(emu_backend):
-    with hal.transfer.enable(emu_backend) as t:
+    with hal.redirect.enable(emu_backend) as t:
         x = torch.ones(3, device="cuda") * 2
         n = torch.cuda.device_count()
         assert torch.cuda.is_available() and n == emu_backend.device_count()
@@ -59,7 +59,7 @@ def _patched_objects():
 
 def test_everything_is_restored_on_exit(cpu_backend):
     before = _patched_objects()
-    with hal.transfer.enable(cpu_backend):
+    with hal.redirect.enable(cpu_backend):
         assert torch.cuda.is_available()
         assert _patched_objects() != before
     assert _patched_objects() == before
@@ -69,7 +69,7 @@ def test_everything_is_restored_on_exit(cpu_backend):
 
 def test_autocast_keeps_the_dtype_the_script_asked_for(cpu_backend):
     lin = torch.nn.Linear(4, 4)
-    with hal.transfer.enable(cpu_backend) as t:
+    with hal.redirect.enable(cpu_backend) as t:
         with torch.autocast("cuda", dtype=torch.bfloat16):
             assert lin(torch.randn(2, 4)).dtype == torch.bfloat16
         with torch.autocast("cuda"):  # CUDA's default is float16, and so it stays
@@ -78,8 +78,8 @@ def test_autocast_keeps_the_dtype_the_script_asked_for(cpu_backend):
 
 
 def test_each_redirection_is_logged_once_and_counted(cpu_backend, caplog):
-    with caplog.at_level("WARNING", logger="hal.transfer"):
-        with hal.transfer.enable(cpu_backend) as t:
+    with caplog.at_level("WARNING", logger="hal.redirect"):
+        with hal.redirect.enable(cpu_backend) as t:
             for _ in range(3):
                 torch.zeros(1).cuda()
     assert sum("Tensor.cuda()" in r.message for r in caplog.records) == 1
@@ -87,7 +87,7 @@ def test_each_redirection_is_logged_once_and_counted(cpu_backend, caplog):
 
 
 def test_calls_without_an_equivalent_are_reported(cpu_backend):
-    with hal.transfer.enable(cpu_backend) as t:
+    with hal.redirect.enable(cpu_backend) as t:
         torch.cuda.memory_allocated()  # the CPU keeps no allocator statistics
         torch.cuda.manual_seed(3)
     assert {"torch.cuda.memory_allocated", "torch.cuda.manual_seed"} <= _calls(t, "not_redirected")
@@ -96,7 +96,7 @@ def test_calls_without_an_equivalent_are_reported(cpu_backend):
 def test_seeding_through_torch_manual_seed_is_unchanged_on_cpu(cpu_backend):
     torch.manual_seed(7)
     ref = torch.randn(3)
-    with hal.transfer.enable(cpu_backend):
+    with hal.redirect.enable(cpu_backend):
         torch.manual_seed(7)
         torch.cuda.manual_seed(7)
         got = torch.randn(3, device="cuda")
@@ -109,9 +109,9 @@ def test_nccl_becomes_the_backends_collective(cpu_backend, emu_backend):
     orig = dist.init_process_group
     dist.init_process_group = lambda backend=None, *a, **k: seen.append(backend)
     try:
-        with hal.transfer.enable(cpu_backend):
+        with hal.redirect.enable(cpu_backend):
             torch.distributed.init_process_group("nccl")
-        with hal.transfer.enable(emu_backend):
+        with hal.redirect.enable(emu_backend):
             torch.distributed.init_process_group("nccl")
     finally:
         dist.init_process_group = orig
@@ -123,7 +123,7 @@ def _double(x: torch.Tensor) -> torch.Tensor:
 
 
 def test_jit_script_is_left_alone(cpu_backend):
-    with hal.transfer.enable(cpu_backend):
+    with hal.redirect.enable(cpu_backend):
         f = torch.jit.script(_double)
         out = f(torch.ones(2, device="cuda"))
     assert isinstance(f, torch.jit.ScriptFunction)
@@ -131,7 +131,7 @@ def test_jit_script_is_left_alone(cpu_backend):
 
 
 def test_two_argument_cuda_device_and_device_objects_stay_what_they_are(cpu_backend):
-    with hal.transfer.enable(cpu_backend):
+    with hal.redirect.enable(cpu_backend):
         dev = torch.device("cuda", 0)  # DataParallel(...).cuda() makes this call
         x = torch.zeros(2, device=dev)
         y = torch.ones(2).to(dev)
@@ -145,7 +145,7 @@ def test_data_parallel_cuda_and_forward_on_the_cpu(cpu_backend):
     torch.manual_seed(0)
     model = torch.nn.Linear(4, 3)
     x = torch.randn(5, 4)
-    with hal.transfer.enable(cpu_backend) as t:
+    with hal.redirect.enable(cpu_backend) as t:
         dp = torch.nn.DataParallel(model).cuda()
         out = dp(x.cuda())
     assert torch.equal(out, model(x))
@@ -158,7 +158,7 @@ def test_torch_internals_get_the_real_torch_cuda_answers(cpu_backend):
     it would call into CUDA.  The caller is told apart by its module."""
     real = (torch.cuda.is_available(), torch.cuda.device_count())
     inside = {"__name__": "torch.utils.data.fake_internal", "torch": torch}
-    with hal.transfer.enable(cpu_backend):
+    with hal.redirect.enable(cpu_backend):
         user = (torch.cuda.is_available(), torch.cuda.device_count())
         exec("answer = (torch.cuda.is_available(), torch.cuda.device_count())", inside)
     assert user == (True, 1)
@@ -169,7 +169,7 @@ def test_torch_accelerator_shows_no_accelerator_to_the_user_on_the_cpu_backend(c
     # on PyPI's CUDA build torch.accelerator names cuda even without a driver
     monkeypatch.setattr(torch._C, "_accelerator_getAccelerator", lambda: torch.device("cuda"))
     inside = {"__name__": "torch.fake_internal", "torch": torch}
-    with hal.transfer.enable(cpu_backend):
+    with hal.redirect.enable(cpu_backend):
         user = (torch.accelerator.current_accelerator(), torch.accelerator.is_available(),
                 torch.accelerator.device_count())
         with pytest.raises(RuntimeError, match="none is available"):
@@ -182,7 +182,7 @@ def test_torch_accelerator_shows_no_accelerator_to_the_user_on_the_cpu_backend(c
 def test_only_device_taking_calls_are_wrapped_and_no_torch_function_mode_is_pushed(cpu_backend):
     plain = (torch.add, torch.matmul, torch.nn.functional.linear, torch.Tensor.add, torch.Tensor.sum,
              torch.nn.Module.__call__, torch.optim.AdamW.step)
-    with hal.transfer.enable(cpu_backend):
+    with hal.redirect.enable(cpu_backend):
         assert torch._C._len_torch_function_stack() == 0
         assert (torch.add, torch.matmul, torch.nn.functional.linear, torch.Tensor.add, torch.Tensor.sum,
                 torch.nn.Module.__call__, torch.optim.AdamW.step) == plain
@@ -208,7 +208,7 @@ def four_device_backend(emu_backend):
 
 
 def test_cuda_indices_map_one_to_one_onto_a_multi_device_backend(four_device_backend):
-    with hal.transfer.enable(four_device_backend) as t:
+    with hal.redirect.enable(four_device_backend) as t:
         assert torch.cuda.device_count() == 4
         assert t.device("cuda:3") == t.device(3) == torch.device("emu", 3)
         torch.cuda.set_device(2)
@@ -221,7 +221,7 @@ def test_cuda_indices_map_one_to_one_onto_a_multi_device_backend(four_device_bac
 
 
 def test_everything_maps_to_the_one_cpu_device(cpu_backend):
-    with hal.transfer.enable(cpu_backend) as t:
+    with hal.redirect.enable(cpu_backend) as t:
         torch.cuda.set_device(3)
         with torch.cuda.device(2):
             x = torch.zeros(1, device="cuda:5")
@@ -247,7 +247,7 @@ def _cuda_checkpoint(path, tag="cuda:0"):
                          ids=["none", "str", "str_index", "device", "dict", "callable"])
 def test_a_cuda_checkpoint_loads_onto_the_cpu(cpu_backend, tmp_path, map_location):
     _cuda_checkpoint(tmp_path / "ckpt.pt", "cuda:1")
-    with hal.transfer.enable(cpu_backend) as t:
+    with hal.redirect.enable(cpu_backend) as t:
         state = torch.load(tmp_path / "ckpt.pt", map_location=map_location)
     assert torch.equal(state["w"], torch.arange(3.0)) and state["b"].device.type == "cpu"
     assert any(r["call"].startswith(("torch.load", "Storage.cuda")) for r in t.log.rows("redirected"))
@@ -257,14 +257,14 @@ def test_torchscript_still_compiles_factories_during_and_after_the_shim(cpu_back
     def make(n: int) -> torch.Tensor:
         return torch.zeros(n) + torch.ones(n)
 
-    with hal.transfer.enable(cpu_backend):
+    with hal.redirect.enable(cpu_backend):
         inside = torch.jit.script(make)(3)
     after = torch.jit.script(make)(2)
     assert torch.equal(inside, torch.ones(3)) and torch.equal(after, torch.ones(2))
 
 
 def test_generator_stream_and_event_stay_isinstance_compatible(cpu_backend):
-    with hal.transfer.enable(cpu_backend):
+    with hal.redirect.enable(cpu_backend):
         g = torch.Generator(device="cuda")
         assert isinstance(g, torch.Generator) and isinstance(torch.default_generator, torch.Generator)
         start, end = torch.cuda.Event(enable_timing=True), torch.Event(device="cuda", enable_timing=True)
@@ -282,7 +282,7 @@ def test_an_optimizer_built_before_cuda_trains_the_moved_parameters(emu_backend)
     torch.manual_seed(0)
     model = torch.nn.Linear(4, 1)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    with hal.transfer.enable(emu_backend):
+    with hal.redirect.enable(emu_backend):
         model.cuda()
         x = torch.randn(8, 4, device="cuda")
         losses = []
