@@ -87,19 +87,19 @@ def main():
     }
     shim = lambda: hal.redirect.enable(cpu_backend)  # noqa: E731 - on only while its variant runs
     with shim():
-        variants["hal_transfer_cpu"] = step_fn(copy.deepcopy(base).cuda(), x.cuda(), y.cuda(),
+        variants["hal_redirect_cpu"] = step_fn(copy.deepcopy(base).cuda(), x.cuda(), y.cuda(),
                                                torch.cuda.synchronize)
-    t = timed_all(variants, args.steps, args.repeats, {"hal_transfer_cpu": shim})
-    raw, hal_cpu, shim, emu = t["raw_cpu"], t["hal_cpu"], t["hal_transfer_cpu"], t["emu"]
+    t = timed_all(variants, args.steps, args.repeats, {"hal_redirect_cpu": shim})
+    raw, hal_cpu, shim, emu = t["raw_cpu"], t["hal_cpu"], t["hal_redirect_cpu"], t["emu"]
     fell = hal.fallback_report()
 
     res = {
         "baseline": "raw torch on the CPU, same model and step, same process",
         "threads": torch.get_num_threads(), "batch": args.batch, "steps": args.steps, "repeats": args.repeats,
-        "step_ms": {"raw_cpu": raw * 1e3, "hal_cpu": hal_cpu * 1e3, "hal_transfer_cpu": shim * 1e3,
+        "step_ms": {"raw_cpu": raw * 1e3, "hal_cpu": hal_cpu * 1e3, "hal_redirect_cpu": shim * 1e3,
                     "emu": emu * 1e3},
         "ratio": {"emu_vs_raw_cpu": emu / raw, "hal_cpu_vs_raw_cpu": hal_cpu / raw,
-                  "hal_transfer_cpu_vs_raw_cpu": shim / raw},
+                  "hal_redirect_cpu_vs_raw_cpu": shim / raw},
         "emu_fallback_ops": [f"{r['op']} ({r['route']})" for r in fell],
     }
     if args.json:
@@ -111,7 +111,7 @@ def main():
         print(f"  {k:18s} {v:8.3f} ms/step")
     print(f"emulation tax      emu / raw cpu          = {res['ratio']['emu_vs_raw_cpu']:.2f}x")
     print(f"hal overhead       hal cpu / raw cpu      = {res['ratio']['hal_cpu_vs_raw_cpu']:.3f}x")
-    print(f"transfer overhead  hal run cpu / raw cpu  = {res['ratio']['hal_transfer_cpu_vs_raw_cpu']:.3f}x")
+    print(f"redirect overhead  hal run cpu / raw cpu  = {res['ratio']['hal_redirect_cpu_vs_raw_cpu']:.3f}x")
     print("ops that fell back on emu: " + ", ".join(res["emu_fallback_ops"]))
 
 

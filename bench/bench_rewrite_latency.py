@@ -97,7 +97,7 @@ def main():
     ap.add_argument("--cases", default="bert,llama,mobilenetv3")
     a = ap.parse_args()
 
-    from op_coverage.rewrite.pipeline import rewrite
+    from op_coverage.rewrite import rewrite
 
     print(f"onnxruntime CPU, 1 intra-op thread; bert/llama batch 1, seq {a.seq}, width {a.d}; mobilenetv3 "
           f"1x3x224x224; {a.repeats} repeats of {a.runs} alternating run pairs; ratio = rewritten / original, "

@@ -20,6 +20,10 @@ from hal.device import (Event, Stream, autocast, backend_name, current_backend, 
 from hal.plugin import hookimpl, hookspec
 from hal.plugin.registry import get_registry, reset_registry
 from hal.plugin.spec import BackendSpec, ProbeResult, Status
+from hal.util.moved import HAL_MOVED as _HAL_MOVED
+from hal.util.moved import install as _install_moved
+
+_install_moved(_HAL_MOVED)
 
 
 def native_available() -> bool:
@@ -49,7 +53,7 @@ def fallback_report():
 def __getattr__(name):
     # ``hal.checkpoint``, ``hal.metrics``, ``hal.redirect``, ``hal.conformance``, ``hal.emu``,
     # ``hal.dist`` and ``hal.doctor`` after a bare ``import hal``, imported on first use
-    if name in ("checkpoint", "metrics", "transfer", "conformance", "emu", "dist", "doctor", "fallback"):
+    if name in ("checkpoint", "metrics", "redirect", "transfer", "conformance", "emu", "dist", "doctor", "fallback"):
         import importlib
         return importlib.import_module(f"hal.{name}")
     raise AttributeError(f"module 'hal' has no attribute {name!r}")

@@ -9,12 +9,14 @@ Library API (the CLI is a thin layer over it)::
     op_coverage.render(report, "md")
     op_coverage.list_targets()    # profiles and their provenance
 """
-__version__ = "0.1.0"
-
+from op_coverage._version import __version__  # noqa: E402,F401
+from op_coverage._moved import install_moved as _install_moved  # noqa: E402
 from op_coverage.errors import ScanError  # noqa: E402
 from op_coverage.report import render  # noqa: E402
 from op_coverage.scan import scan  # noqa: E402
 from op_coverage.targets.catalog import load_targets  # noqa: E402
+
+_install_moved()
 
 
 def list_targets(profile_files=None, kinds=("onnx", "torch"), use_plugins: bool = True,

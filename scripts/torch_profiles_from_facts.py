@@ -1,7 +1,7 @@
 """Convert the torch op facts into op_coverage torch profiles (package data).
 
 Usage: python scripts/torch_profiles_from_facts.py [FACTS_DIR] [OUT_DIR] [--check]
-(defaults: /work/shared/torch-op-facts, op_coverage/data/torch)
+(defaults: /work/shared/torch-op-facts, hal/data/torch)
 
 Each facts file lists, with its source (repo, ref, commit), the aten ops one vendor's PyTorch
 plugin registers.  This script writes one ``op_coverage.torch_profile/1`` file per vendor and

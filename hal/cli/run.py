@@ -39,7 +39,7 @@ the script that made it (rank 0 only); numerics are never changed.  Whatever the
 does, the summary is printed and the report written; the exit code is the script's
 (1 for an exception).  Not redirected: x.device == torch.device("cuda") (a tensor's
 device is its true device), CUDA graphs, custom CUDA kernels.  Details and the
-idiom table: docs/transfer.md.
+idiom table: docs/redirect.md.
 """
 
 

@@ -5,7 +5,7 @@ Profiles (format ``op_coverage.torch_profile/1``, schema ``data/torch_profile.sc
 1. ``extra_files`` given by the user (they replace a bundled profile of the same name);
 2. hal backend plugins, through the ``hal_torch_op_profile`` hook (new format, or the older
    ``hal.op_profile/1`` that ``hal probe`` wrote: converted, see :func:`from_hal_op_profile`);
-3. the bundled profiles under ``op_coverage/data/torch/``, generated from the project's fact sheet by
+3. the bundled profiles under ``hal/data/torch/``, generated from the project's fact sheet by
    ``scripts/torch_profiles_from_facts.py``.
 
 Loading reads plain JSON and never imports torch (plugin profiles need hal's registry, which loads
@@ -32,7 +32,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Iterable, Optional
 
-from op_coverage.errors import BadProfile, UnknownTarget
+from hal._errors import BadTorchProfile, UnknownTorchTarget
 
 SCHEMA = "op_coverage.torch_profile/1"
 OLD_SCHEMA = "hal.op_profile/1"
@@ -41,7 +41,7 @@ BEHAVIOURS = ("cpu_fallback", "error", "error_unless_env", "unknown")
 
 
 def _data_dir():
-    return resources.files("op_coverage").joinpath("data", "torch")
+    return resources.files("hal").joinpath("data", "torch")
 
 
 @lru_cache(maxsize=None)
@@ -98,7 +98,7 @@ def composite_table(torch_version: str) -> CompositeTable:
     want = version_key(torch_version)
     avail = composite_versions()
     if not avail:
-        raise BadProfile("op_coverage/data/torch has no composite-*.json table; reinstall op_coverage "
+        raise BadTorchProfile("hal/data/torch has no composite-*.json table; reinstall op_coverage "
                          "or run scripts/torch_profiles_from_facts.py")
     pick = min(avail, key=lambda v: (abs(_dist(version_key(v), want)), -_dist(version_key(v), want)))
     d = _read_bundled(f"composite-{pick}.json")
@@ -188,25 +188,25 @@ class TorchProfile:
     # -- construction -------------------------------------------------------------------------------
     @classmethod
     def from_dict(cls, d: dict, origin: str = "") -> "TorchProfile":
-        """Build from a parsed ``op_coverage.torch_profile/1`` dict; :class:`BadProfile` names what is wrong."""
+        """Build from a parsed ``op_coverage.torch_profile/1`` dict; :class:`BadTorchProfile` names what is wrong."""
         where = origin or d.get("name", "torch profile")
         if not isinstance(d, dict):
-            raise BadProfile(f"{where}: a torch profile must be a JSON object; see op_coverage/data/"
+            raise BadTorchProfile(f"{where}: a torch profile must be a JSON object; see hal/data/"
                              "torch_profile.schema.json")
         if d.get("schema") != SCHEMA:
-            raise BadProfile(f"{where}: schema is {d.get('schema')!r}, expected {SCHEMA!r} (or {OLD_SCHEMA!r} from "
-                             "hal probe); see op_coverage/data/torch_profile.schema.json")
+            raise BadTorchProfile(f"{where}: schema is {d.get('schema')!r}, expected {SCHEMA!r} (or {OLD_SCHEMA!r} from "
+                             "hal probe); see hal/data/torch_profile.schema.json")
         missing = [k for k in ("name", "device_type", "torch_version", "ops", "unimplemented") if k not in d]
         if missing:
-            raise BadProfile(f"{where}: missing required field(s) {', '.join(missing)}; "
-                             "see op_coverage/data/torch_profile.schema.json")
+            raise BadTorchProfile(f"{where}: missing required field(s) {', '.join(missing)}; "
+                             "see hal/data/torch_profile.schema.json")
         try:
             version_key(d["torch_version"])
         except ValueError as e:
-            raise BadProfile(f"{where}: torch_version: {e}") from None
+            raise BadTorchProfile(f"{where}: torch_version: {e}") from None
         u = dict(d["unimplemented"])
         if u.get("default") not in BEHAVIOURS:
-            raise BadProfile(f"{where}: unimplemented.default is {u.get('default')!r}; use one of "
+            raise BadTorchProfile(f"{where}: unimplemented.default is {u.get('default')!r}; use one of "
                              f"{', '.join(BEHAVIOURS)}")
         return cls(name=d["name"], torch_version=d["torch_version"], device_type=d["device_type"],
                    ops=frozenset(d["ops"]),
@@ -223,9 +223,9 @@ class TorchProfile:
         try:
             d = json.loads(p.read_text(encoding="utf-8"))
         except FileNotFoundError:
-            raise BadProfile(f"torch profile {p}: no such file; check the path") from None
+            raise BadTorchProfile(f"torch profile {p}: no such file; check the path") from None
         except (OSError, ValueError) as e:
-            raise BadProfile(f"torch profile {p}: not readable JSON ({e}); fix or regenerate the file") from None
+            raise BadTorchProfile(f"torch profile {p}: not readable JSON ({e}); fix or regenerate the file") from None
         if isinstance(d, dict) and d.get("schema") == OLD_SCHEMA:
             d = from_hal_op_profile(d)
         return cls.from_dict(d, origin=str(p))
@@ -346,7 +346,7 @@ class TorchProfile:
         prov = " ".join(str(x) for x in (src.get("repo"), src.get("ref"), (src.get("commit") or "")[:8]) if x)
         return {"name": self.name, "aliases": list(self.aliases), "kind": "torch", "title": self.title,
                 "profile_kind": "plugin" if self.origin.startswith("hal plugin") else
-                ("bundled" if self.origin.startswith("op_coverage/data") else "user"),
+                ("bundled" if self.origin.startswith("hal/data") else "user"),
                 "provenance": prov or self.data.get("provenance", "") or self.origin, "source": src,
                 "origin": self.origin, "entries": len(self.native), "torch_version": self.torch_version,
                 "device_type": self.device_type, "unimplemented": self.unimplemented.get("default"),
@@ -364,7 +364,7 @@ def from_hal_op_profile(d: dict, name: Optional[str] = None) -> dict:
     """
     ops = d.get("ops") or {}
     if not isinstance(ops, dict):
-        raise BadProfile(f"{name or d.get('backend', 'hal.op_profile')}: 'ops' must map op names to "
+        raise BadTorchProfile(f"{name or d.get('backend', 'hal.op_profile')}: 'ops' must map op names to "
                          "{status, detail}; regenerate it with hal probe --out")
     backend = d.get("backend") or d.get("device_type") or "device"
     tv = str(d.get("torch") or "0.0")
@@ -415,7 +415,7 @@ def plugin_torch_profiles() -> list[tuple[str, dict]]:
 
 
 def profile_from_plugin(plugin: str, data: dict) -> TorchProfile:
-    """Accept a plugin's profile in either format; :class:`BadProfile` when it is neither."""
+    """Accept a plugin's profile in either format; :class:`BadTorchProfile` when it is neither."""
     if isinstance(data, dict) and data.get("schema") == OLD_SCHEMA:
         backend = plugin.split(":")[-1]
         data = from_hal_op_profile(data, name=data.get("backend") or backend)
@@ -438,7 +438,7 @@ def load_torch_profiles(extra_files: Iterable = (), use_plugins: bool = True,
         for plugin, data in plugin_torch_profiles():
             try:
                 p = profile_from_plugin(plugin, data)
-            except BadProfile as e:
+            except BadTorchProfile as e:
                 if problems is not None:
                     problems.append(f"hal plugin {plugin}: {e}")
                 continue
@@ -451,7 +451,7 @@ def load_torch_profiles(extra_files: Iterable = (), use_plugins: bool = True,
     for fname in bundled_names():
         name = fname[:-5]
         if name not in out:
-            out[name] = TorchProfile.from_dict(_read_bundled(fname), origin=f"op_coverage/data/torch/{fname}")
+            out[name] = TorchProfile.from_dict(_read_bundled(fname), origin=f"hal/data/torch/{fname}")
     return out
 
 
@@ -467,7 +467,7 @@ def alias_map(profiles: dict[str, TorchProfile]) -> dict[str, str]:
 def resolve_torch_targets(profiles: dict[str, TorchProfile], requested: Iterable[str]) -> list[TorchProfile]:
     """Turn ``-t`` values (names, aliases, comma lists, ``all``) into torch profiles.
 
-    Raises :class:`UnknownTarget` naming the unknown value and listing every known name and alias.
+    Raises :class:`UnknownTorchTarget` naming the unknown value and listing every known name and alias.
     """
     amap = alias_map(profiles)
     flat = [t.strip() for r in requested for t in str(r).split(",") if t.strip()] or ["all"]
@@ -480,7 +480,7 @@ def resolve_torch_targets(profiles: dict[str, TorchProfile], requested: Iterable
         else:
             known = ", ".join(sorted(profiles)) + "; aliases: " + ", ".join(
                 sorted(f"{a}={n}" for a, n in amap.items() if a != n))
-            raise UnknownTarget(f"torch target {t!r} is not known; choose from: {known} (or 'all', or add "
+            raise UnknownTorchTarget(f"torch target {t!r} is not known; choose from: {known} (or 'all', or add "
                                 "one with --profile FILE in format op_coverage.torch_profile/1)")
         out += [p for p in picked if p not in out]
     return out
@@ -501,7 +501,7 @@ def nearest_profile(profiles: dict[str, TorchProfile], vendor: str,
     cands = [p for p in profiles.values() if p.vendor == vendor_key]
     if not cands:
         vendors = sorted({p.vendor for p in profiles.values()})
-        raise UnknownTarget(f"no torch profile for vendor {vendor!r}; known vendors: {', '.join(vendors)}")
+        raise UnknownTorchTarget(f"no torch profile for vendor {vendor!r}; known vendors: {', '.join(vendors)}")
     want = version_key(torch_version)
     best = min(cands, key=lambda p: (abs(_dist(version_key(p.torch_version), want)),
                                      -_dist(version_key(p.torch_version), want)))

@@ -1,4 +1,13 @@
-"""The pluggy marker pair, defined once for every hal plugin.
+"""The plugin contract: what a backend plugin declares, how it is probed and loaded, what it returns.
+
+``hookspecs`` (the hooks, ``hal_*``) · ``spec`` (``BackendSpec``, ``ProbeResult``: plain frozen
+data) · ``probe`` (cheap evidence: modules, device nodes, tools, env, torch build facts) ·
+``registry`` (pluggy's ``PluginManager("hal")``: discovery, spec -> probe -> load, selection) ·
+``backend`` (the ``Backend`` object a load hook returns) · ``kit`` (building blocks for plugins
+of the standard shape) · ``facts`` (the built-in backends' data files) · ``cuda_family`` (which
+vendor a ``cuda``-typed torch build is).
+
+The pluggy marker pair is defined here, once for every hal plugin.
 
 Vendor plugins decorate their hook functions with :data:`hookimpl`::
 

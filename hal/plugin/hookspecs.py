@@ -63,7 +63,7 @@ def hal_torch_op_profile(spec):
     """Ship the torch-op support profile of ``spec``'s device.
 
     Either a torch profile (schema ``op_coverage.torch_profile/1``, see
-    ``op_coverage/data/torch_profile.schema.json``: what ``hal probe --trace ops.json --out PATH``
+    ``hal/data/torch_profile.schema.json``: what ``hal probe --trace ops.json --out PATH``
     writes, or a vendor's own list) or the older ``hal.op_profile/1`` that ``hal probe --out PATH``
     writes; ``op_coverage`` accepts both as a torch target.  ``hal conformance`` re-probes and
     reports every op whose status no longer matches.

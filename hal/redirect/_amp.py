@@ -11,10 +11,10 @@ import functools
 import torch
 
 from hal.redirect._devices import marked
-from hal.redirect._shim import Transfer
+from hal.redirect._core import Redirection
 
 
-def install(t: Transfer) -> None:
+def install(t: Redirection) -> None:
     """Map the ``"cuda"`` device type of autocast, GradScaler and custom_fwd/bwd to the backend's."""
     ac = torch.amp.autocast_mode.autocast
     orig_init = ac.__init__

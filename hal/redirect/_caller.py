@@ -5,7 +5,7 @@ backend, but torch itself must keep hearing the real answer: on a CUDA build of 
 without a driver, a True given to torch's own code sends it into CUDA (DataLoader pinning,
 the optimizers' CUDA-graph health check, ``torch.accelerator``).  The caller is told apart
 by the module its frame belongs to: one ``sys._getframe`` and a prefix test on
-``f_globals["__name__"]`` (about 0.2 µs a call; ``bench/bench_transfer_overhead.py``).
+``f_globals["__name__"]`` (about 0.2 µs a call; ``bench/bench_redirect_overhead.py``).
 """
 from __future__ import annotations
 

@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import os
 
-from hal.redirect._shim import Transfer
+from hal.redirect._core import Redirection
 
 BOOTSTRAP = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_spawned_main.py")
 #: set for spawned children: the backend the parent runs on, and the script's path
 ENV_BACKEND, ENV_SCRIPT = "HAL_RUN_CHILD_BACKEND", "HAL_RUN_CHILD_SCRIPT"
 
 
-def install(t: Transfer, script: str) -> None:
+def install(t: Redirection, script: str) -> None:
     """Make spawned children of ``script`` (the file ``hal run`` runs) start under the shim."""
     import multiprocessing.spawn as spawn
     orig = spawn.get_preparation_data

@@ -15,7 +15,7 @@ import functools
 import torch
 
 from hal.redirect._devices import marked
-from hal.redirect._shim import Transfer
+from hal.redirect._core import Redirection
 
 #: device types inductor registers a code generator for itself
 INDUCTOR_BUILTIN = frozenset({"cpu", "cuda", "xpu", "mps", "mtia", "tpu"})
@@ -33,7 +33,7 @@ def inductor_supports(device_type: str) -> bool:
     return device_type in device_codegens
 
 
-def install(t: Transfer) -> None:
+def install(t: Redirection) -> None:
     """Redirect ``torch.compile``'s default backend where inductor has no code generator."""
     if t.device_type in INDUCTOR_BUILTIN:
         return

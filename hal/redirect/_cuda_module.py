@@ -19,7 +19,7 @@ from hal._errors import NotSupported
 from hal.plugin.backend import host_memory_bytes
 from hal.redirect._caller import INTERNAL_NAMES, INTERNAL_PREFIXES
 from hal.redirect._devices import MARK, LEGACY_TYPES, marked
-from hal.redirect._shim import Transfer
+from hal.redirect._core import Redirection
 
 _getframe = sys._getframe
 #: torch.cuda memory calls with a backend answer -> the value given when the backend has none
@@ -58,7 +58,7 @@ def split(orig: Callable, for_user: Callable) -> Callable:
     return marked(call, orig)
 
 
-def _patch(t: Transfer, owner, name: str, for_user: Callable) -> None:
+def _patch(t: Redirection, owner, name: str, for_user: Callable) -> None:
     orig = getattr(owner, name, None)
     if orig is None:
         orig = for_user
@@ -66,7 +66,7 @@ def _patch(t: Transfer, owner, name: str, for_user: Callable) -> None:
 
 
 # -- devices -----------------------------------------------------------------------------
-def _install_devices(t: Transfer) -> None:
+def _install_devices(t: Redirection) -> None:
     cuda, b, cpu = torch.cuda, t.backend, t.device_type == "cpu"
 
     def is_available():
@@ -151,7 +151,7 @@ def _install_devices(t: Transfer) -> None:
 
 
 # -- memory, RNG, streams, events -----------------------------------------------------------
-def _install_facet(t: Transfer) -> None:
+def _install_facet(t: Redirection) -> None:
     from hal.redirect import _host
     cuda, b, cpu = torch.cuda, t.backend, t.device_type == "cpu"
 
@@ -253,7 +253,7 @@ def _install_facet(t: Transfer) -> None:
 
 
 # -- legacy types, NVTX, graphs, the rest ---------------------------------------------------------
-def _install_legacy_types(t: Transfer) -> None:
+def _install_legacy_types(t: Redirection) -> None:
     class LegacyCudaType(type):
         def __call__(cls, *args, **kwargs):
             target = t.device()
@@ -269,7 +269,7 @@ def _install_legacy_types(t: Transfer) -> None:
                                                                 MARK: True}))
 
 
-def _install_nvtx(t: Transfer) -> None:
+def _install_nvtx(t: Redirection) -> None:
     nvtx = getattr(torch.cuda, "nvtx", None)
     if nvtx is None:
         return
@@ -293,7 +293,7 @@ def _install_nvtx(t: Transfer) -> None:
         _patch(t, nvtx, "range", range_)
 
 
-def _install_rest(t: Transfer) -> None:
+def _install_rest(t: Redirection) -> None:
     cuda = torch.cuda
 
     def no_op(name, result, why):
@@ -324,7 +324,7 @@ def _install_rest(t: Transfer) -> None:
             _patch(t, cuda, name, _reporting(t, f"torch.cuda.{name}", obj))
 
 
-def _reporting(t: Transfer, what: str, fn: Callable) -> Callable:
+def _reporting(t: Redirection, what: str, fn: Callable) -> Callable:
     def call(*args, **kwargs):
         t.log.not_redirected(what, "no equivalent on the selected backend; called torch's own function")
         return fn(*args, **kwargs)
@@ -332,7 +332,7 @@ def _reporting(t: Transfer, what: str, fn: Callable) -> Callable:
 
 
 # -- torch.accelerator --------------------------------------------------------------------------
-def _install_accelerator(t: Transfer) -> None:
+def _install_accelerator(t: Redirection) -> None:
     """On the CPU backend, ``torch.accelerator`` tells the user's code there is none.
 
     Only patched where torch itself sees one (a CUDA build, even without a driver, or a
@@ -358,7 +358,7 @@ def _install_accelerator(t: Transfer) -> None:
         _patch(t, acc, name, answers.get(name) or none_available(name))
 
 
-def install(t: Transfer) -> None:
+def install(t: Redirection) -> None:
     """Patch ``torch.cuda`` (and ``torch.accelerator`` on the CPU backend) for ``t``."""
     _install_devices(t)
     _install_facet(t)

@@ -26,7 +26,7 @@ import torch
 
 from hal._errors import NotSupported
 from hal.redirect._caller import INTERNAL_NAMES, INTERNAL_PREFIXES
-from hal.redirect._shim import Transfer, is_cuda_like
+from hal.redirect._core import Redirection, is_cuda_like
 
 #: op-name prefixes of torch's sub-namespaces (aten::fft_fftfreq is torch.fft.fftfreq)
 NAMESPACES = (("fft_", "fft"), ("linalg_", "linalg"), ("special_", "special"), ("nested_", "nested"),
@@ -38,7 +38,7 @@ PYTHON_LEVEL = (("torch", "asarray", None), ("torch.Tensor", "new_tensor", None)
 #: calls that have their own wrapper below (not the generic one)
 OWN_WRAPPER = {("torch.Tensor", "to"), ("torch.Tensor", "pin_memory"), ("torch.Tensor", "is_pinned"),
                ("torch", "Generator")}
-MARK = "__hal_transfer__"
+MARK = "__hal_redirect__"
 _getframe = sys._getframe
 
 
@@ -113,7 +113,7 @@ def marked(fn: Callable, orig: Callable) -> Callable:
     return fn
 
 
-def _wrap_device_arg(t: Transfer, fn: Callable, label: str, pos: Optional[int]) -> Callable:
+def _wrap_device_arg(t: Redirection, fn: Callable, label: str, pos: Optional[int]) -> Callable:
     redirect = t.redirect
     if pos is None:
         def call(*args, **kwargs):
@@ -134,7 +134,7 @@ def _wrap_device_arg(t: Transfer, fn: Callable, label: str, pos: Optional[int]) 
     return marked(call, fn)
 
 
-def _register_jit_builtin(t: Transfer, wrapper: Callable, op: str) -> None:
+def _register_jit_builtin(t: Redirection, wrapper: Callable, op: str) -> None:
     """Let ``torch.jit.script`` see the wrapper as the aten op it wraps."""
     try:
         from torch.jit._builtins import _get_builtin_table
@@ -160,7 +160,7 @@ def _warm_torch_tables() -> None:
         pass
 
 
-def _install_generic(t: Transfer) -> None:
+def _install_generic(t: Redirection) -> None:
     _warm_torch_tables()
     seen = set()
     for owner, attr, pos, op in device_calls():
@@ -196,7 +196,7 @@ def legacy_cuda_dtype(kind) -> Optional[torch.dtype]:
     return getattr(kind, "_hal_dtype", None)
 
 
-def _install_tensor(t: Transfer) -> None:
+def _install_tensor(t: Redirection) -> None:
     T = torch.Tensor
     orig_to, orig_pin, orig_is_pinned, orig_type = T.to, T.pin_memory, T.is_pinned, T.type
     redirect, backend = t.redirect, t.backend
@@ -270,7 +270,7 @@ def _install_tensor(t: Transfer) -> None:
         t.patch(T, "is_cuda", _is_cuda_property(t))
 
 
-def _is_cuda_property(t: Transfer) -> property:
+def _is_cuda_property(t: Redirection) -> property:
     """``Tensor.is_cuda``: True for a tensor on the backend's device when the user's code asks
     (``if next(model.parameters()).is_cuda: x = x.cuda()``), torch's own answer for torch's
     and hal's code.  (On the CPU backend it is left alone: every tensor is on the one device,
@@ -314,7 +314,7 @@ def keeps_parameters(device: torch.device) -> bool:
         return True
 
 
-def _install_module(t: Transfer) -> None:
+def _install_module(t: Redirection) -> None:
     M = torch.nn.Module
     orig_to, orig_cuda, orig_to_empty = M.to, M.cuda, M.to_empty
     redirect = t.redirect
@@ -361,7 +361,7 @@ def _install_module(t: Transfer) -> None:
 
 
 # -- default device: with torch.device("cuda"), torch.set_default_device("cuda") -------------
-def _install_default_device(t: Transfer) -> None:
+def _install_default_device(t: Redirection) -> None:
     from torch.utils._device import DeviceContext
     orig_init = DeviceContext.__init__
 
@@ -398,7 +398,7 @@ def _device_of(args, kwargs):
     return None, args, kwargs, False
 
 
-def _install_types(t: Transfer) -> None:
+def _install_types(t: Redirection) -> None:
     from hal.redirect import _host
     Generator, Stream, Event = torch.Generator, torch.Stream, torch.Event
 
@@ -433,7 +433,7 @@ def _install_types(t: Transfer) -> None:
 
 
 # -- DataLoader(pin_memory_device="cuda") ----------------------------------------------------
-def _install_dataloader(t: Transfer) -> None:
+def _install_dataloader(t: Redirection) -> None:
     from torch.utils.data import DataLoader
     orig_init = DataLoader.__init__
 
@@ -448,7 +448,7 @@ def _install_dataloader(t: Transfer) -> None:
     t.patch(DataLoader, "__init__", marked(init, orig_init))
 
 
-def install(t: Transfer) -> None:
+def install(t: Redirection) -> None:
     """Wrap every device-taking call (see the module docstring)."""
     _install_generic(t)
     _install_tensor(t)

@@ -15,10 +15,10 @@ import functools
 import torch
 
 from hal.redirect._devices import marked
-from hal.redirect._shim import Transfer, is_cuda_like
+from hal.redirect._core import Redirection, is_cuda_like
 
 
-def _install_process_groups(t: Transfer) -> None:
+def _install_process_groups(t: Redirection) -> None:
     import torch.distributed as dist
     spec = t.backend.spec
     if t.device_type == "cpu" or not spec.dist_backend:
@@ -60,7 +60,7 @@ def _install_process_groups(t: Transfer) -> None:
     t.patch(dist, "new_group", marked(new_group, orig_new))
 
 
-def _install_ddp(t: Transfer) -> None:
+def _install_ddp(t: Redirection) -> None:
     ddp = torch.nn.parallel.DistributedDataParallel
     orig_init = ddp.__init__
 
@@ -78,7 +78,7 @@ def _install_ddp(t: Transfer) -> None:
     t.patch(ddp, "__init__", marked(ddp_init, orig_init))
 
 
-def _install_data_parallel(t: Transfer) -> None:
+def _install_data_parallel(t: Redirection) -> None:
     dp = torch.nn.DataParallel
     orig_init = dp.__init__
 
@@ -96,7 +96,7 @@ def _install_data_parallel(t: Transfer) -> None:
     t.patch(dp, "__init__", marked(dp_init, orig_init))
 
 
-def install(t: Transfer) -> None:
+def install(t: Redirection) -> None:
     """Redirect collectives, DDP and DataParallel for ``t``."""
     if torch.distributed.is_available():
         from hal.dist import elastic

@@ -14,14 +14,14 @@ import torch
 import torch.serialization as serialization
 
 from hal.redirect._devices import marked
-from hal.redirect._shim import Transfer, is_cuda_like
+from hal.redirect._core import Redirection, is_cuda_like
 
 
 def _is_cuda_tag(location) -> bool:
     return isinstance(location, str) and location.startswith("cuda")
 
 
-def install(t: Transfer) -> None:
+def install(t: Redirection) -> None:
     """Wrap ``torch.load`` and the storages' ``.cuda()`` for ``t``."""
     orig_load = torch.load
     restore = serialization.default_restore_location

@@ -1,4 +1,4 @@
-"""The transfer log: one row per redirection and per call that could not be redirected, at
+"""The redirection log: one row per redirection and per call that could not be redirected, at
 the user's line that made it, counted.
 
 A row is keyed by (kind, call, where): the same ``.cuda()`` in a training loop is one row
@@ -28,8 +28,8 @@ def _rank() -> int:
         return 0
 
 
-class TransferLog:
-    """What a transfer redirected (``redirected``) and what it could not (``not_redirected``)."""
+class RedirectLog:
+    """What a redirection redirected (``redirected``) and what it could not (``not_redirected``)."""
 
     def __init__(self, echo: Optional[bool] = None):
         self._lock = threading.Lock()
@@ -65,6 +65,6 @@ class TransferLog:
         """Rows of one kind (``"redirected"`` or ``"not_redirected"``), in the order first seen:
         ``{"kind", "call", "detail", "where", "count"}``."""
         if kind not in KINDS:
-            raise ValueError(f"TransferLog.rows: unknown kind {kind!r}; use one of {', '.join(KINDS)}")
+            raise ValueError(f"RedirectLog.rows: unknown kind {kind!r}; use one of {', '.join(KINDS)}")
         with self._lock:
             return [dict(r) for r in self._rows.values() if r["kind"] == kind]

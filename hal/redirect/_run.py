@@ -1,4 +1,4 @@
-"""Run a script file under the transfer shim and report what happened, whatever happened."""
+"""Run a script file under the redirection and report what happened, whatever happened."""
 from __future__ import annotations
 
 import os
@@ -11,7 +11,7 @@ from typing import Optional, Sequence
 from hal._errors import HalError
 from hal.redirect._caller import _STDLIB, _short, is_internal, user_site
 
-#: version of the run report; see docs/transfer.md ("The run report")
+#: version of the run report; see docs/redirect.md ("The run report")
 SCHEMA = "hal.run/2"
 
 
@@ -93,7 +93,7 @@ def run_script(path: str, argv: Sequence[str] = ()) -> dict:
     """Run ``path`` as ``__main__`` with ``argv`` inside :func:`hal.redirect.enable`.
 
     Never raises for what the script does: returns the run report (schema ``hal.run/2``,
-    documented in docs/transfer.md) with ``status`` ``"ok"`` or ``"failed"``, the exit code the
+    documented in docs/redirect.md) with ``status`` ``"ok"`` or ``"failed"``, the exit code the
     script would have had (0; the ``SystemExit`` code; 1 for an exception; 130 for Ctrl-C),
     ``error`` (type, message, the user's ``file:line``, the traceback from the script's first
     frame on) when it raised, every redirection and every call that was not redirected
@@ -104,7 +104,7 @@ def run_script(path: str, argv: Sequence[str] = ()) -> dict:
     """
     from hal.plugin.registry import get_registry
     from hal.redirect import _children
-    from hal.redirect._shim import enable
+    from hal.redirect._enable import enable
 
     path = os.path.abspath(path)
     if not os.path.isfile(path):

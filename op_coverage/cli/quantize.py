@@ -69,7 +69,7 @@ def add_parser(sub) -> None:
 
 def _error_doc(a, e) -> dict:
     """The report of a quantize that stopped before it had one (bad input, usage)."""
-    from op_coverage.quantize.pipeline import QuantizeReport
+    from op_coverage.quantize import QuantizeReport
     r = QuantizeReport(a.path, a.output, a.target, a.mode, per_channel=a.per_channel)
     r.error = {"kind": e.kind, "message": str(e), "exit_code": e.exit_code}
     return r.to_dict()
@@ -77,9 +77,9 @@ def _error_doc(a, e) -> dict:
 
 def run(a) -> int:
     """Run ``op_coverage quantize``; returns the exit code. With ``--json`` every exit prints its document."""
-    from op_coverage.cli.rewrite import _dims
+    from op_coverage.cli._common import parse_dims
     from op_coverage.errors import ScanError
-    from op_coverage.quantize.pipeline import Gates, quantize
+    from op_coverage.quantize import Gates, quantize
     from op_coverage.report.quantize import render_quantize
     fmt = "json" if a.json else (a.format or "table")
     try:
@@ -89,7 +89,7 @@ def run(a) -> int:
             raise e
         rep = quantize(a.path, a.target, a.output, mode=a.mode, calibration=a.calibration,
                        per_channel=a.per_channel, exclude=[x.strip() for s in a.exclude for x in s.split(",") if x.strip()],
-                       profiles=a.profile, inputs=a.inputs, seed=a.seed, dims=_dims(a.dim),
+                       profiles=a.profile, inputs=a.inputs, seed=a.seed, dims=parse_dims(a.dim),
                        gates=Gates(a.max_error, a.min_cosine), runs=max(a.runs, 0), repeats=max(a.repeats, 1))
     except ScanError as e:
         rep = getattr(e, "report", None)

@@ -5,6 +5,8 @@ import argparse
 import json
 import sys
 
+from op_coverage.cli._common import parse_dims
+
 REWRITE_EXAMPLES = """\
 examples:
   op_coverage rewrite model.onnx --target ascend -o model.ascend.onnx
@@ -53,23 +55,12 @@ def add_parser(sub) -> None:
     r.add_argument("--json", action="store_true", help="machine-readable report on stdout")
 
 
-def _dims(items):
-    from op_coverage.rewrite.verify import BadInputs
-    out = {}
-    for it in items:
-        name, _, val = it.partition("=")
-        if not val.isdigit():
-            raise BadInputs(f"--dim {it!r}: expected NAME=N with a positive integer N")
-        out[name] = int(val)
-    return out
-
-
 def _plan_only(a) -> int:
     import onnx
 
     from op_coverage.targets.lacking import parse_ops, without
     from op_coverage.onnx.load import load_for_scan
-    from op_coverage.rewrite.pipeline import rewrite_model
+    from op_coverage.plan.apply import rewrite_model
     from op_coverage.targets.catalog import load_targets
     loaded = load_for_scan(a.path)
     ts = load_targets(a.profile)
@@ -122,7 +113,7 @@ def run(a) -> int:
 
 def _run(a) -> int:
     from op_coverage.errors import ScanError
-    from op_coverage.rewrite.pipeline import rewrite
+    from op_coverage.rewrite import rewrite
     if not a.output:
         msg = "-o/--output is required (or use --plan-only)"
         if a.json:
@@ -132,7 +123,7 @@ def _run(a) -> int:
         print(f"op_coverage rewrite: error: {msg}", file=sys.stderr)
         return 2
     rep = rewrite(a.path, a.target, a.output, profiles=a.profile, without_ops=a.without, inputs=a.inputs,
-                  seed=a.seed, dims=_dims(a.dim), atol=a.atol, rtol=a.rtol, verify_outputs=not a.no_verify,
+                  seed=a.seed, dims=parse_dims(a.dim), atol=a.atol, rtol=a.rtol, verify_outputs=not a.no_verify,
                   max_depth=a.max_depth)
     if a.json:
         print(json.dumps(rep.to_dict(), indent=2))

@@ -7,23 +7,18 @@ onnxruntime on the case's inputs, and compared with the case's expected outputs 
 case's own rtol/atol.  Each case ends as *passed*, *failed* (with the reason) or *declined*
 (no composition for those attributes/types; the rules' reasons are listed).
 
-Run: ``python -m op_coverage.plan.node_suite`` or ``op_coverage conformance [--op Gelu ...] [--json]``.
+Run: ``op_coverage conformance [--op Gelu ...] [--json]``.
 """
 from __future__ import annotations
 
-import argparse
-import contextlib
-import io
-import json
-import sys
 import warnings
 from collections import defaultdict
 from dataclasses import dataclass, field
-from functools import lru_cache
 
 import numpy as np
 import onnx
 
+from op_coverage.onnx.node_tests import case_op, node_cases
 
 
 #: numpy dtypes onnxruntime's Python API takes and returns (no bfloat16, float8, int4 ... arrays)
@@ -40,26 +35,8 @@ class CaseResult:
     via: list = field(default_factory=list)
 
 
-@lru_cache(maxsize=1)
-def node_cases() -> tuple:
-    """All ONNX backend node test cases (generated in memory by the onnx package; ~10 s)."""
-    from onnx.backend.test.case import node
-    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()), \
-            np.errstate(all="ignore"):
-        warnings.simplefilter("ignore")
-        return tuple(node.collect_testcases(None))
-
-
-def case_op(case) -> tuple[str, str] | None:
-    """The single operator a case tests, or None (multi-op or expanded-function cases)."""
-    if case.name.endswith(("_expanded",)) or "_expanded_ver" in case.name:
-        return None
-    ops = {(n.domain or "ai.onnx", n.op_type) for n in case.model.graph.node if n.op_type != "Constant"}
-    return next(iter(ops)) if len(ops) == 1 else None
-
-
 def applicable(domain: str, op: str) -> bool:
-    from op_coverage.plan.function_rules import has_body  # here, not at the top: the CLI builds this parser for every scan
+    from op_coverage.onnx.functions import has_body  # here, not at the top: the CLI builds its parser for every scan
     from op_coverage.plan.rules import rules_for
     return has_body(domain, op) or bool(rules_for(domain, op))
 
@@ -69,7 +46,7 @@ def run_case(case, base) -> CaseResult:
     import onnxruntime as ort
 
     from op_coverage.targets.lacking import without
-    from op_coverage.rewrite.pipeline import rewrite_model
+    from op_coverage.rewrite import rewrite_model
     domain, op = case_op(case)
     profile = without(base, [(domain, op)])
     try:
@@ -177,40 +154,3 @@ def summarize(results: list[CaseResult]) -> dict:
     for r in results:
         per[r.op][r.status] += 1
     return dict(sorted(per.items()))
-
-
-def add_parser(sub) -> None:
-    fmt = argparse.RawDescriptionHelpFormatter
-    c = sub.add_parser("conformance", formatter_class=fmt, help="check decompositions against ONNX's node tests",
-                       description=__doc__.split("\n\n")[1].replace("\n", " "),
-                       epilog="examples:\n  op_coverage conformance\n  op_coverage conformance --op Gelu --op Erf\n"
-                              "  op_coverage conformance --json > conformance.json\n\n"
-                              "exit codes: 0 no failures, 1 some case failed\n")
-    c.add_argument("--op", action="append", default=[], help="only this operator (repeatable)")
-    c.add_argument("--base", default="ort-cpu", help="profile the op is removed from (default ort-cpu)")
-    c.add_argument("--json", action="store_true", help="per-op counts and every non-passing case as JSON")
-
-
-def main_run(a) -> int:
-    results = run(a.op, a.base)
-    per = summarize(results)
-    bad = [r for r in results if r.status != "passed"]
-    if a.json:
-        print(json.dumps({"format": "op_coverage.conformance/1", "per_op": per,
-                          "cases": [r.__dict__ for r in bad]}, indent=2))
-    else:
-        print(f"{'operator':28} passed failed declined")
-        for op, c in per.items():
-            print(f"{op:28} {c['passed']:6d} {c['failed']:6d} {c['declined']:8d}")
-        tot = {k: sum(c[k] for c in per.values()) for k in ("passed", "failed", "declined")}
-        print(f"{'total':28} {tot['passed']:6d} {tot['failed']:6d} {tot['declined']:8d}")
-        for r in bad:
-            print(f"  {r.status:8} {r.case}: {r.reason}")
-    return 1 if any(r.status == "failed" for r in results) else 0
-
-
-if __name__ == "__main__":
-    p = argparse.ArgumentParser(prog="python -m op_coverage.plan.node_suite")
-    sp = p.add_subparsers(dest="command")
-    add_parser(sp)
-    sys.exit(main_run(p.parse_args(["conformance", *sys.argv[1:]])))

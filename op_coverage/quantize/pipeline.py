@@ -251,7 +251,7 @@ def _quantize(report, loaded, profile, src, out, calibration, exclude, inputs, s
                 report.notes.append(f"{profile.name} runs no dynamic integer form; used {choice.format} "
                                     "(static scales from calibration) instead")
         qmodel = onnx.load(str(choice.path), load_external_data=True)
-        from op_coverage.rewrite.pipeline import save_checked
+        from op_coverage.rewrite import save_checked
         final = tmp / out.name
         report.external_data = save_checked(
             qmodel, final, external, out,

@@ -17,7 +17,7 @@ from pathlib import Path
 
 def disagreements(table: str = "ort-cpu") -> list[dict]:
     """``[{op, version, dtypes, table, live, cases, table_says, live_says}]``, one row per distinct signature."""
-    from op_coverage.plan.node_suite import node_cases
+    from op_coverage.onnx.node_tests import node_cases
     from op_coverage.onnx.inventory import build_inventory
     from op_coverage.onnx.load import LoadedModel
     from op_coverage.targets.catalog import load_targets

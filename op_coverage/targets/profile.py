@@ -224,10 +224,9 @@ class SupportProfile:
         if skip is not None:
             why = f"{why}; its function body is not inlined here: {skip['reason']}"
         elif self.expands_functions and self._expanding < _MAX_EXPANSION:
-            from op_coverage.plan.function_rules import body_verdict
             self._expanding += 1
             try:
-                v = body_verdict(self, node, why)
+                v = _body_verdict(self, node, why)
             finally:
                 self._expanding -= 1
             if v is not None:
@@ -319,3 +318,50 @@ def validate_profile(data: dict) -> list[str]:
     schema = read_json("profile.schema.json")
     errors = sorted(jsonschema.Draft202012Validator(schema).iter_errors(data), key=lambda e: list(e.path))
     return [f"{'/'.join(str(p) for p in e.path) or '(top)'}: {e.message}" for e in errors]
+
+
+def _body_verdict(profile, node, why: str):
+    """How *profile* runs *node* by inlining onnx's function body, as onnxruntime does for an op
+    that no provider has a kernel for; ``None`` when the op has no usable body here.
+
+    Every node of the body is judged by *profile* again (bodies inside bodies too); the verdict is
+    the worst of them, and it names the body's operators.
+    """
+    # here, not at the top: onnx's schemas and helper are imported only when a body is inlined
+    from onnx import helper
+
+    from op_coverage.onnx.builder import Builder, Decline
+    from op_coverage.onnx.functions import ONNX, expand_body, has_body
+    from op_coverage.onnx.values import Env, infer_into, node_info
+    if node.domain != ONNX or node.opset is None or not has_body(node.domain, node.op_type):
+        return None
+    proto = helper.make_node(node.op_type, list(node.inputs), list(node.outputs))
+    proto.attribute.extend(node.attributes or [])
+    opsets = dict(node.opsets or {ONNX: node.opset})
+    env = Env(opsets=opsets)
+    for x, d, shape in zip(node.inputs, node.input_dtypes, node.input_shapes):
+        if x and d:
+            env.types[x] = d
+            if shape is not None:
+                env.shapes[x] = shape
+    count = [0]
+
+    def fresh(prefix: str) -> str:
+        count[0] += 1
+        return f"{prefix}__body{count[0]}"
+
+    b = Builder(env.types, env.shapes, env.consts, opsets, fresh, prefix=node.op_type)
+    try:
+        expand_body(b, proto, node.domain)
+    except Decline:
+        return None
+    infer_into(b.nodes, env)
+    verdicts = [(n, profile.judge(node_info(n, env, node.path))) for n in b.nodes]
+    worst = max(RANK[v.status] for _, v in verdicts)
+    ops = ", ".join(dict.fromkeys(n.op_type for n in b.nodes))
+    how = f"no kernel ({why}); the runtime inlines onnx's function body of {node.op_type}: {ops}"
+    if worst == RANK["native"]:
+        return Verdict("native", "", "", f"{profile.provenance()}; {how}")
+    status = "host-fallback" if worst == RANK["host-fallback"] else "unsupported"
+    bad = sorted({f"{n.op_type} ({v.reason.split(';')[0]})" for n, v in verdicts if RANK[v.status] == worst})
+    return Verdict(status, f"{why}; its inlined function body needs {', '.join(bad)}", "", profile.provenance())

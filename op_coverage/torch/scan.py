@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from op_coverage import __version__
+from op_coverage._version import __version__
 from op_coverage.report.model import ModelReport, OpRow, Report, TargetSummary, merge_verdicts
 from op_coverage.targets.profile import Verdict as ReportVerdict
 

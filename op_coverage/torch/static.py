@@ -2,7 +2,7 @@
 
 ``op_coverage scan train.py --static`` (or :func:`static_scan`) parses each file with
 :mod:`ast` and reports, each with ``file:line``, a category, what it is and a concrete fix:
-what hal run's transfer shim will not redirect, CUDA-only libraries with their portable
+what hal run's redirection will not redirect, CUDA-only libraries with their portable
 replacements, custom CUDA code, CUDA/NCCL settings, and the distributed-init, data-loading
 and serialization forms (each "works via hal run" or "needs a change").  The facts live in
 ``op_coverage/data/torch_static_rules.json``; the AST pass is :mod:`op_coverage.torch.static_ast`.
@@ -233,7 +233,7 @@ def static_scan(paths: Union[str, Path, Sequence[Union[str, Path]]], vendors: It
         not UTF-8 is read as Latin-1 with a ``not-utf8`` finding.
     :raises ScriptNotFound: a path does not exist, or a folder holds no ``.py`` file.
     """
-    from op_coverage import __version__
+    from op_coverage._version import __version__
     from op_coverage.torch.static_ast import RuleIndex
 
     start = time.perf_counter()

@@ -5,7 +5,7 @@ from onnx import TensorProto, helper
 
 from rw_helpers import lacking, model, ops_in, run
 from op_coverage.plan.fold import cast_exactly, fold
-from op_coverage.rewrite.pipeline import rewrite_model
+from op_coverage.rewrite import rewrite_model
 
 HARDSWISH = """
 <ir_version: 8, opset_import: ["" : 18]>

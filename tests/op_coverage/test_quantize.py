@@ -9,7 +9,7 @@ import pytest
 
 from op_coverage.datafiles import read_json
 from op_coverage.errors import NothingQuantized
-from op_coverage.quantize.pipeline import quantize
+from op_coverage.quantize import quantize
 
 import q_models as qm
 

@@ -9,7 +9,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from rw_helpers import lacking, ops_in, run
 from op_coverage.datafiles import read_json
-from op_coverage.rewrite.pipeline import rewrite_model
+from op_coverage.rewrite import rewrite_model
 
 N = helper.make_node
 F = TensorProto.FLOAT

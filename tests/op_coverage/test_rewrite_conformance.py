@@ -4,7 +4,7 @@ import pytest
 from rw_helpers import run as rw_run
 from op_coverage.plan import node_suite as conformance
 from op_coverage.datafiles import read_json
-from op_coverage.plan.function_rules import has_body
+from op_coverage.onnx.functions import has_body
 from op_coverage.plan.rules import RULES
 
 KNOWN = read_json("conformance_known_failures.json")["cases"]
@@ -84,7 +84,7 @@ def test_range_of_constants_matches_onnx_node_tests():
     from onnx import numpy_helper
 
     from op_coverage.targets.lacking import parse_ops, without
-    from op_coverage.rewrite.pipeline import rewrite_model
+    from op_coverage.rewrite import rewrite_model
     from op_coverage.targets.catalog import load_targets
     target = without(load_targets(use_plugins=False).get("ort-cpu"), parse_ops("Range,Loop,CumSum"))
     ran = 0

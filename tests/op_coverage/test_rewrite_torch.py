@@ -8,7 +8,7 @@ import onnx
 import pytest
 
 from rw_helpers import ops_in
-from op_coverage.rewrite.pipeline import rewrite
+from op_coverage.rewrite import rewrite
 
 pytestmark = [
     pytest.mark.slow,

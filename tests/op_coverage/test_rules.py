@@ -262,7 +262,7 @@ def test_where_of_runtime_values_still_uses_arithmetic():
 ])
 def test_data_dependent_ops_say_host_fallback_instead_of_no_rule(text, op):
     from rw_helpers import lacking
-    from op_coverage.rewrite.pipeline import rewrite_model
+    from op_coverage.rewrite import rewrite_model
     res = rewrite_model(model(H + "\n" + text), lacking(op))
     why = res.blocked[op]["reasons"][0]
     assert "output shape depends on the input values" in why and "host" in why, why

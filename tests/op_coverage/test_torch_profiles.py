@@ -8,13 +8,12 @@ import jsonschema
 import pytest
 
 import hal.op_support.torch_profile as tp
-from op_coverage.datafiles import read_json
-from op_coverage.errors import BadProfile, UnknownTarget
+from hal._errors import BadTorchProfile, UnknownTorchTarget
 from hal.op_support.torch_profile import (TorchProfile, load_torch_profiles, nearest_profile,
                                         resolve_torch_targets)
 
 ROOT = Path(__file__).resolve().parents[2]
-DATA = ROOT / "op_coverage" / "data" / "torch"
+DATA = ROOT / "hal" / "data" / "torch"
 NAMES = {"ascend-2.7", "ascend-2.13", "musa-2.7", "mlu-2.4", "xpu-2.13", "mps-2.13", "gcu-2.10", "biren-partial",
          "metax-2.4", "cuda-2.4", "cuda-2.7", "cuda-2.10", "cuda-2.13"}
 
@@ -25,7 +24,7 @@ def profiles():
 
 
 def _validator(ref=None):
-    schema = read_json("torch_profile.schema.json")
+    schema = json.loads((ROOT / "hal" / "data" / "torch_profile.schema.json").read_text())
     if ref:
         schema = {"$defs": schema["$defs"], "$ref": f"#/$defs/{ref}"}
     return jsonschema.Draft202012Validator(schema)
@@ -60,7 +59,7 @@ def test_counts_match_the_facts(profiles):
     assert len(profiles["ascend-2.13"].ops) == 1064 and len(profiles["ascend-2.7"].ops) == 1076
     assert len(profiles["musa-2.7"].ops) == 1163 and len(profiles["xpu-2.13"].ops) == 786
     assert len(profiles["cuda-2.13"].ops) == 885 and len(profiles["biren-partial"].ops) == 50
-    comp = read_json("torch/composite-2.13.json")
+    comp = json.loads((DATA / "composite-2.13.json").read_text())
     assert (len(comp["cia"]), len(comp["cea"]), len(comp["ceanf"]), len(comp["structured_delegate"])) == \
         (743, 1061, 57, 385)
 
@@ -184,7 +183,7 @@ def test_skew_warning_for_a_2_10_trace_against_ascend(profiles):
     assert (p.name, warn) == ("ascend-2.7", None)
     p, warn = nearest_profile(profiles, "mlu", "2.13.0")
     assert p.name == "mlu-2.4" and "2.4.1" in warn
-    with pytest.raises(UnknownTarget, match="known vendors"):
+    with pytest.raises(UnknownTorchTarget, match="known vendors"):
         nearest_profile(profiles, "kunlunxin", "2.13.0")
 
 
@@ -205,7 +204,7 @@ def test_resolve_names_aliases_and_lists(profiles):
 
 
 def test_unknown_target_lists_the_known_ones(profiles):
-    with pytest.raises(UnknownTarget) as e:
+    with pytest.raises(UnknownTorchTarget) as e:
         resolve_torch_targets(profiles, ["ascend-3.0"])
     msg = str(e.value)
     assert "'ascend-3.0' is not known" in msg and "ascend-2.13" in msg and "musa=musa-2.7" in msg
@@ -224,9 +223,9 @@ def test_user_file_replaces_a_bundled_profile(tmp_path):
 def test_bad_user_file_names_file_and_fix(tmp_path):
     f = tmp_path / "bad.json"
     f.write_text(json.dumps({"schema": "op_coverage.torch_profile/1", "name": "x"}))
-    with pytest.raises(BadProfile, match="missing required field.*device_type"):
+    with pytest.raises(BadTorchProfile, match="missing required field.*device_type"):
         load_torch_profiles([f], use_plugins=False)
-    with pytest.raises(BadProfile, match="no such file"):
+    with pytest.raises(BadTorchProfile, match="no such file"):
         load_torch_profiles([tmp_path / "nope.json"], use_plugins=False)
 
 
@@ -249,7 +248,7 @@ def test_plugin_profiles_in_both_formats(monkeypatch):
     assert (emu.judge("erf").status, emu.judge("erf").behaviour) == ("missing", "cpu_fallback")
     assert emu.judge("lgamma").status == "missing"
     assert any("broken:x" in p for p in problems) and any("clashes" in p for p in problems)
-    assert ps["ascend-2.13"].origin.startswith("op_coverage/data")
+    assert ps["ascend-2.13"].origin.startswith("hal/data")
 
 
 def test_the_emulator_plugin_profile_loads():

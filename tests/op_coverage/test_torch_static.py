@@ -448,7 +448,7 @@ def test_rules_file_is_consistent():
         assert r["level"] in LEVELS and r["category"] in data["categories"], r["id"]
         assert r["what"] and r["fix"] and r["source"], r["id"]
         assert ("names" in r) != ("detector" in r), r["id"]
-    code = (ROOT / "op_coverage" / "torch_static_ast.py").read_text()
+    code = (ROOT / "op_coverage" / "torch" / "static_ast.py").read_text()
     for used in re.findall(r'self\.hit\("([a-z0-9-]+)"', code):
         assert used in ids, used
     schema_categories = read_json("torch_static_report.schema.json")["$defs"]["finding"]["properties"]["category"]
@@ -456,8 +456,8 @@ def test_rules_file_is_consistent():
 
 
 def test_redirected_torch_cuda_names_are_the_shims():
-    """Every torch.cuda name the rules treat as redirected is one hal/transfer patches."""
-    shim = "".join((ROOT / "hal" / "transfer" / n).read_text() for n in ("_cuda_module.py", "_devices.py"))
+    """Every torch.cuda name the rules treat as redirected is one hal/redirect patches."""
+    shim = "".join((ROOT / "hal" / "redirect" / n).read_text() for n in ("_cuda_module.py", "_devices.py"))
     for name in load_rules()["redirected_torch_cuda"]:
         assert f'"{name}"' in shim or name == "amp", name
 

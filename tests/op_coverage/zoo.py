@@ -102,7 +102,7 @@ def measure(name: str, target_names: list[str] | None = None) -> list[dict]:
     from op_coverage.errors import ScanError
     from op_coverage.onnx.load import load_for_scan
     from op_coverage.plan.planner import DATA_DEPENDENT
-    from op_coverage.rewrite.pipeline import rewrite
+    from op_coverage.rewrite import rewrite
     from op_coverage.scan import scan_model
     from op_coverage.targets.catalog import load_targets
 

@@ -1,10 +1,10 @@
-"""docs/transfer.md's idiom tables and the corpus name the same idioms."""
+"""docs/redirect.md's idiom tables and the corpus name the same idioms."""
 import json
 import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-DOC = (ROOT / "docs" / "transfer.md").read_text()
+DOC = (ROOT / "docs" / "redirect.md").read_text()
 MANIFEST = json.loads((ROOT / "tests" / "corpus" / "manifest.json").read_text())
 
 
@@ -31,7 +31,7 @@ def test_every_idiom_the_tables_name_is_in_the_corpus():
         if cell == "—":
             continue
         for idiom in re.findall(r"`([a-z0-9-]+)`", cell):
-            assert idiom in MANIFEST["idioms"], f"{idiom!r} (docs/transfer.md) is not a corpus idiom"
+            assert idiom in MANIFEST["idioms"], f"{idiom!r} (docs/redirect.md) is not a corpus idiom"
 
 
 def test_every_corpus_idiom_is_named_in_the_tables():
@@ -39,4 +39,4 @@ def test_every_corpus_idiom_is_named_in_the_tables():
     for row in _rows_with_corpus_column():
         named.update(re.findall(r"`([a-z0-9-]+)`", row.rstrip().rstrip("|").rsplit("|", 1)[1]))
     missing = sorted(set(MANIFEST["idioms"]) - named)
-    assert not missing, f"corpus idioms docs/transfer.md does not name: {missing}"
+    assert not missing, f"corpus idioms docs/redirect.md does not name: {missing}"

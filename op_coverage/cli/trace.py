@@ -5,6 +5,7 @@ import argparse
 import json
 import sys
 
+from op_coverage.cli._common import wants_color, write_output
 from op_coverage.report import render
 
 TRACE_EXAMPLES = """\
@@ -32,7 +33,7 @@ exit codes:
 """
 
 
-def add_trace_parser(sub) -> None:
+def add_parser(sub) -> None:
     t = sub.add_parser("trace", formatter_class=argparse.RawDescriptionHelpFormatter,
                        help="record the aten ops a PyTorch script sends to the device",
                        description="Run a PyTorch training script (or an nn.Module factory, or a torch.export "
@@ -57,17 +58,12 @@ def add_scan_options(s) -> None:
                    help="for a .py script without --static: stop the trace after S seconds")
 
 
-def _write(a, text: str) -> int:
-    from op_coverage.cli import _write as write
-    return write(a, text)
-
-
-def cmd_trace(a) -> int:
+def run(a) -> int:
     from op_coverage.torch.trace import record, summary
     trace = record(a.target, a.script_args, steps=a.steps or None, seconds=a.seconds or None,
                    timeout=a.timeout, echo=not a.quiet)
     text = json.dumps(trace, indent=1) + "\n"
-    rc = _write(a, text) if a.output else 0
+    rc = write_output(a, text) if a.output else 0
     if a.json:
         sys.stdout.write(text)
     print(f"op_coverage trace: {summary(trace)}" + (f"; written to {a.output}" if a.output and not rc else ""),
@@ -89,8 +85,8 @@ def cmd_scan_trace(a, trace: dict, path: str) -> int:
         for w in m.warnings:
             print(f"op_coverage: warning: {w}", file=sys.stderr)
     fmt = "json" if a.json else (a.format or "table")
-    color = a.color == "always" or (a.color == "auto" and not a.output and sys.stdout.isatty())
-    return _write(a, render(report, fmt, color=color, width=a.width)) or report.exit_code(fail_on)
+    color = wants_color(a)
+    return write_output(a, render(report, fmt, color=color, width=a.width)) or report.exit_code(fail_on)
 
 
 def cmd_scan_trace_file(a) -> int:

@@ -1,4 +1,4 @@
-"""What the transfer shim (``hal run`` / ``hal.redirect.enable()``) costs on the CPU.
+"""What the redirection (``hal run`` / ``hal.redirect.enable()``) costs on the CPU.
 
 Baseline: raw torch on the CPU, the same model and step, measured side by side.
 
@@ -24,7 +24,7 @@ the median and the spread (min-max) over repeats, and the ratio against
 raw torch: the median of the ratios of blocks measured next to each other (ABBA order, so
 that a drift of the machine's load cancels), with their spread.
 
-Usage: python bench/bench_transfer_overhead.py [--steps 20] [--repeats 15] [--runs 7] [--json]
+Usage: python bench/bench_redirect_overhead.py [--steps 20] [--repeats 15] [--runs 7] [--json]
 """
 import argparse
 import contextlib

@@ -40,7 +40,7 @@ def test_every_schema_device_call_reachable_from_torch_is_wrapped(cpu_backend):
     assert len(calls) > 50  # factories, *_like, windows, sparse constructors, Tensor.to/new_*, fft.*freq ...
     with hal.redirect.enable(cpu_backend):
         missing = [label for label, owner, attr in calls
-                   if not getattr(getattr(owner, attr), "__hal_transfer__", False)]
+                   if not getattr(getattr(owner, attr), "__hal_redirect__", False)]
     assert missing == []
 
 
@@ -56,7 +56,7 @@ def test_python_level_device_calls_are_wrapped(cpu_backend):
                   "DeviceContext.__init__": DeviceContext.__init__, "DataLoader.__init__": DataLoader.__init__,
                   "torch.cuda.FloatTensor": torch.cuda.FloatTensor, "torch.nested.nested_tensor":
                   torch.nested.nested_tensor}
-        missing = [k for k, v in owners.items() if not getattr(v, "__hal_transfer__", False)]
+        missing = [k for k, v in owners.items() if not getattr(v, "__hal_redirect__", False)]
     assert missing == []
 
 
