@@ -7,7 +7,7 @@ and loaded on first use (``hal.device()``, ``hal list``)::
     dev = hal.device()            # the best available device, or the CPU with a reason
     print(hal.backend_name(), hal.device_count())
 """
-__version__ = "0.1.0"
+from hal._version import __version__  # noqa: E402,F401
 
 import sys  # noqa: E402
 from hal._errors import BackendUnavailable, HalError, NoDevice, NotSupported

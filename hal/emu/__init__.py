@@ -13,7 +13,7 @@ author copies::
     x = torch.randn(4, 4, device=hal.device())
     hal.fallback_report()               # ops that ran outside the native op set
 """
-from hal import __version__  # the emulator ships with hal
+from hal._version import __version__  # the emulator ships with hal
 from hal.emu._device import DEVICE_TYPE, install, is_installed, privateuse1_owner
 from hal.emu._dispatch import (FallbackWarning, fallback_report, fallback_route, reset_fallback_report,
                                 set_fallback_route, uncounted)
