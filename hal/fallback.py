@@ -68,11 +68,9 @@ _last: Optional[InstallReport] = None
 
 
 def _announce(op: str) -> None:
-    try:
-        from hal.emu._dispatch import caller_frame
-        where = caller_frame()
-    except Exception:  # noqa: BLE001
-        where = ("<hal.fallback>", 0)
+    from hal.util.frames import user_frame
+    f = user_frame(2)
+    where = (f.f_code.co_filename, f.f_lineno) if f is not None else ("<hal.fallback>", 0)
     warnings.warn_explicit(f"hal.fallback: {op} is missing on this device; ran torch's decomposition "
                            f"(counted in hal.fallback.report())", DecompositionWarning, where[0], where[1])
 

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import sys
 import threading
 import warnings
 from typing import Callable, Dict, List, Optional, Tuple
@@ -37,6 +36,7 @@ import torch
 
 from hal.op_support.decompose import Uses, decomposition_kernel
 from hal.emu._profile import native_packets
+from hal.util.frames import user_frame
 
 _C = None  # hal_emu_C, set by configure()
 
@@ -53,10 +53,6 @@ _announced: set = set()
 _tls = threading.local()
 _libs: List[torch.library.Library] = []
 
-_HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # .../hal
-_TORCH = os.path.dirname(os.path.abspath(torch.__file__))
-_SKIP_PREFIXES = (_HERE + os.sep, _TORCH + os.sep)
-_SKIP_FILES = ("<frozen ",)
 
 
 def torch_context() -> str:
@@ -67,17 +63,11 @@ def torch_context() -> str:
 
 
 def caller_frame() -> Tuple[str, int]:
-    """``(file, line)`` of the innermost frame outside torch, hal and the import machinery:
-    the line of the caller's code that led to the op; ``("<backward of X>", 0)`` when none
-    (an op of the backward pass runs on torch's autograd thread)."""
-    f = sys._getframe(1)
-    while f is not None:
-        name = f.f_code.co_filename
-        if not name.startswith(_SKIP_PREFIXES) and not name.startswith(_SKIP_FILES) \
-                and os.path.basename(name) not in ("runpy.py", "contextlib.py", "threading.py"):
-            return name, f.f_lineno
-        f = f.f_back
-    return f"<{torch_context()}>", 0
+    """``(file, line)`` of the innermost frame of the caller's code (:func:`hal.util.frames.user_frame`):
+    the line that led to the op; ``("<backward of X>", 0)`` when none (an op of the backward pass
+    runs on torch's autograd thread)."""
+    f = user_frame(2)
+    return (f.f_code.co_filename, f.f_lineno) if f is not None else (f"<{torch_context()}>", 0)
 
 
 def _warn(op: str, route: str, where: Tuple[str, int]) -> None:

@@ -25,7 +25,7 @@ class DeviceOpTrace:
         self._lock = threading.Lock()
 
     def _first_seen(self, op: str) -> None:
-        from hal.redirect._caller import user_site
+        from hal.util.frames import user_site
         try:
             site = user_site(1)
         except ValueError:  # a thread torch started: no Python frame above this one
@@ -85,15 +85,15 @@ def _forward_site() -> Optional[str]:
     the autograd node, when anomaly mode recorded it (``torch.autograd.set_detect_anomaly``)."""
     import torch
 
-    from hal.redirect._caller import _short
+    from hal.util.frames import is_internal_file, short_path
     node = torch._C._current_autograd_node() if hasattr(torch._C, "_current_autograd_node") else None
     if node is None:
         return None
     stack = (getattr(node, "metadata", None) or {}).get("traceback_") or []
     for entry in reversed(stack):
         m = _FRAME.search(entry)
-        if m and not m.group(1).startswith(_dispatch._SKIP_PREFIXES) and not m.group(1).startswith("<"):
-            return f"{_short(m.group(1))}:{m.group(2)} (backward of {node.name()})"
+        if m and not is_internal_file(m.group(1)):
+            return f"{short_path(m.group(1))}:{m.group(2)} (backward of {node.name()})"
     return None
 
 

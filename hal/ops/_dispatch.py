@@ -23,6 +23,7 @@ import warnings
 from typing import Callable, Dict, Optional
 
 from hal._errors import HalError
+from hal.util.frames import user_stacklevel
 
 PATHS = ("fused", "composition", "host")
 
@@ -72,21 +73,7 @@ def _record(op: str, path: str, fallback_reason: Optional[str]) -> None:
         _warned.add(op)
     if first:
         warnings.warn(f"hal.ops.{op}: {fallback_reason} (reported once; counts in hal.ops.stats())",
-                      FallbackWarning, stacklevel=_caller_stacklevel())
-
-
-def _caller_stacklevel() -> int:
-    """The stacklevel of the first frame outside hal and torch: the user's line."""
-    import os
-    import sys
-
-    import torch
-
-    skip = (os.path.dirname(os.path.dirname(__file__)), os.path.dirname(torch.__file__))
-    frame, level = sys._getframe(1), 1
-    while frame is not None and frame.f_code.co_filename.startswith(skip):
-        frame, level = frame.f_back, level + 1
-    return level  # stacklevel 1 is _record, the frame that calls warnings.warn
+                      FallbackWarning, stacklevel=user_stacklevel())
 
 
 @contextlib.contextmanager

@@ -25,7 +25,7 @@ that ``_enable`` installs them on:
   (``Tensor.to/cuda``, ``Module.to/cuda``, ``with torch.device(...)``, generators, streams,
   events, legacy ``torch.cuda.FloatTensor`` constructors, DataLoader);
 - ``_cuda_module``: ``torch.cuda.*`` and ``torch.accelerator.*`` (answers for the user's
-  code; torch's own code gets the truth, see ``_caller``);
+  code; torch's own code gets the truth, see :mod:`hal.util.frames`);
 - ``_amp``, ``_load``, ``_dist``, ``_compile``, ``_children``: autocast and GradScaler,
   ``torch.load`` map locations, process groups / DDP / DataParallel, ``torch.compile``,
   multiprocessing children;

@@ -2,7 +2,7 @@
 
 Every public ``torch.cuda`` function is replaced by one that answers for the selected
 backend when the user's code (or a third-party library) calls it, and calls torch's own
-function when torch or hal calls it (``_caller``): torch must keep seeing the truth, or a
+function when torch or hal calls it (:mod:`hal.util.frames`): torch must keep seeing the truth, or a
 CUDA build without a driver sends it into CUDA.  ``torch.accelerator`` describes the
 selected backend to the user's code: no accelerator on the CPU backend.
 """
@@ -17,7 +17,7 @@ import torch
 
 from hal._errors import NotSupported
 from hal.plugin.backend import host_memory_bytes
-from hal.redirect._caller import INTERNAL_NAMES, INTERNAL_PREFIXES
+from hal.util.frames import INTERNAL_NAMES, INTERNAL_PREFIXES
 from hal.redirect._devices import MARK, LEGACY_TYPES, marked
 from hal.redirect._core import Redirection
 

@@ -25,7 +25,7 @@ from typing import Callable, Dict, Iterator, List, Optional, Tuple
 import torch
 
 from hal._errors import NotSupported
-from hal.redirect._caller import INTERNAL_NAMES, INTERNAL_PREFIXES
+from hal.util.frames import INTERNAL_NAMES, INTERNAL_PREFIXES
 from hal.redirect._core import Redirection, is_cuda_like
 
 #: op-name prefixes of torch's sub-namespaces (aten::fft_fftfreq is torch.fft.fftfreq)

@@ -15,7 +15,7 @@ import os
 import threading
 from typing import Dict, List, Optional, Tuple
 
-from hal.redirect._caller import user_site
+from hal.util.frames import user_site
 
 LOGGER = logging.getLogger("hal.redirect")
 KINDS = ("redirected", "not_redirected")

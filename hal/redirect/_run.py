@@ -9,7 +9,7 @@ import traceback
 from typing import Optional, Sequence
 
 from hal._errors import HalError
-from hal.redirect._caller import _STDLIB, _short, is_internal, user_site
+from hal.util.frames import STDLIB, is_internal, short_path, user_site
 
 #: version of the run report; see docs/redirect.md ("The run report")
 SCHEMA = "hal.run/2"
@@ -25,7 +25,7 @@ def _env_int(name: str, default: int) -> int:
 def _user_frames(tb):
     while tb is not None:
         name = tb.tb_frame.f_globals.get("__name__") or ""
-        if not is_internal(name) and name.partition(".")[0] not in _STDLIB:
+        if not is_internal(name) and name.partition(".")[0] not in STDLIB:
             yield tb
         tb = tb.tb_next
 
@@ -38,12 +38,12 @@ def _error(exc: BaseException, script: str) -> dict:
         start = start.tb_next
     if isinstance(exc, SyntaxError) and start is None:
         text = "".join(traceback.format_exception_only(type(exc), exc))
-        where = f"{_short(exc.filename or script)}:{exc.lineno}"
+        where = f"{short_path(exc.filename or script)}:{exc.lineno}"
     else:
         # the script's frames onwards; hal's and runpy's frames above them are not the user's
         text = "".join(traceback.format_exception(type(exc), exc, start if start is not None else tb))
         user = list(_user_frames(start if start is not None else tb))
-        where = (f"{_short(user[-1].tb_frame.f_code.co_filename)}:{user[-1].tb_lineno}" if user else None)
+        where = (f"{short_path(user[-1].tb_frame.f_code.co_filename)}:{user[-1].tb_lineno}" if user else None)
     return {"type": type(exc).__name__, "message": str(exc), "where": where, "traceback": text}
 
 
