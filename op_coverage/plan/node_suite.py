@@ -46,7 +46,7 @@ def run_case(case, base) -> CaseResult:
     import onnxruntime as ort
 
     from op_coverage.targets.lacking import without
-    from op_coverage.rewrite import rewrite_model
+    from op_coverage.plan.apply import rewrite_model
     domain, op = case_op(case)
     profile = without(base, [(domain, op)])
     try:
