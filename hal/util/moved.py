@@ -72,4 +72,4 @@ class _Alias(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 def install(table: Dict[str, str]) -> None:
     """Make every old name in *table* import the module it names now (idempotent)."""
     if not any(isinstance(f, _Alias) and f.table is table for f in sys.meta_path):
-        sys.meta_path.append(_Alias(table))
+        sys.meta_path.insert(0, _Alias(table))  # ahead of the path finders: these names have no file any more
