@@ -1,4 +1,4 @@
-"""``hal list``: every backend, its status and the evidence for it."""
+"""``hal list``: every backend, its status and the evidence for it; the package behind each plugin."""
 from __future__ import annotations
 
 import argparse

@@ -147,7 +147,8 @@ class Registry:
             self.pm.register(plugin, name=name)
         except pluggy.PluginValidationError as exc:  # a hook whose arguments its spec lacks
             self.pm.unregister(name=name)  # pluggy keeps the hooks registered before the bad one
-            self.failures.append(PluginFailure(name, "validate", str(exc).replace("\n", "; ")))
+            self.failures.append(PluginFailure(name, "validate", str(exc).replace("\n", "; ") +
+                                               "; hal/plugin/hookspecs.py names each hook's arguments"))
         except Exception as exc:  # a broken plugin never breaks the others
             self.failures.append(PluginFailure(name, "import", _short_error(exc)))
 
@@ -226,8 +227,7 @@ class Registry:
             calls = [(pname, plugin, None) for pname, plugin in self.pm.list_name_plugin() if plugin is not None]
         for pname, plugin, spec in calls:
             try:
-                result = self.plugin_call(plugin, hook, **kwargs) if spec is None else \
-                    self.plugin_call(plugin, hook, spec=spec, **kwargs)
+                result = self.plugin_call(plugin, hook, **(kwargs if spec is None else {**kwargs, "spec": spec}))
             except Exception as exc:
                 if record_as:
                     self.failures.append(PluginFailure(pname, record_as, _short_error(exc)))
