@@ -26,6 +26,10 @@ class BackendUnavailable(HalError):
     """The backend asked for (``HAL_BACKEND`` or ``select(name)``) cannot be used."""
 
 
+class PluginBlockRefused(HalError):
+    """``HAL_BLOCK_PLUGINS`` names an essential plugin (the ``cpu`` one), which cannot be blocked."""
+
+
 class NoDevice(HalError):
     """Raised by a backend's load step when its module imports but no device is visible."""
 

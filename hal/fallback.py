@@ -111,8 +111,7 @@ def _resolve_profile(profile, on_emu: bool):
         from hal.plugin.registry import get_registry
         reg = get_registry()
         cand = reg.selected()
-        plugin = reg.pm.get_plugin(cand.plugin)
-        for data in reg.plugin_call(plugin, "hal_torch_op_profile", spec=cand.spec):
+        for data in reg.call_selected("hal_torch_op_profile"):
             if isinstance(data, dict) and data.get("schema") == "op_coverage.torch_profile/1":
                 return profile_from_plugin(f"{cand.plugin}:{cand.spec.name}", data), "plugin"
     except Exception:  # noqa: BLE001 - a broken plugin must not break the run

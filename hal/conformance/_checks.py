@@ -283,8 +283,7 @@ def check_collectives(ctx: Context) -> str:
 def check_op_profile(ctx: Context) -> str:
     from hal.op_support.observe import probe_ops
     reg, c = ctx.registry, ctx.candidate
-    plugin = reg.pm.get_plugin(c.plugin)
-    declared = [p for p in reg.plugin_call(plugin, "hal_torch_op_profile", spec=c.spec) if p]
+    declared = [p for p in reg.call_for(c, "hal_torch_op_profile") if p]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         observed = probe_ops(ctx.backend)

@@ -114,9 +114,8 @@ def register_plugin_ccl() -> Optional[str]:
 
     reg = get_registry()
     cand = reg.selected()
-    plugin = reg.pm.get_plugin(cand.plugin)
     try:
-        entry = reg.plugin_call(plugin, "hal_c10d_backend", spec=cand.spec)
+        entry = reg.call_selected("hal_c10d_backend")
     except Exception as exc:
         raise DistError(f"plugin {cand.plugin!r}: hal_c10d_backend raised {type(exc).__name__}: {exc}; "
                         f"fix the plugin or choose another backend with HAL_BACKEND") from exc

@@ -396,22 +396,12 @@ def plugin_torch_profiles() -> list[tuple[str, dict]]:
         from hal.plugin.registry import get_registry
     except ImportError:
         return []
-    out = []
     try:
         reg = get_registry()
-        pairs = reg.pm.list_name_plugin()
     except Exception:  # noqa: BLE001
         return []
-    for pname, plugin in pairs:
-        try:
-            specs = [s for g in reg.plugin_call(plugin, "hal_backend_specs") for s in (g or [])]
-            for spec in specs:
-                for prof in reg.plugin_call(plugin, "hal_torch_op_profile", spec=spec):
-                    if prof:
-                        out.append((f"{pname}:{spec.name}", prof))
-        except Exception:  # noqa: BLE001
-            continue
-    return out
+    return [(f"{pname}:{spec.name}", prof) for pname, spec, profs in reg.call_each("hal_torch_op_profile")
+            for prof in profs if prof]
 
 
 def profile_from_plugin(plugin: str, data: dict) -> TorchProfile:

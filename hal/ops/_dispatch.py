@@ -133,9 +133,8 @@ def declared_kernels(device_type: str) -> Dict[str, object]:
 def plugin_kernels(reg, cand) -> Dict[str, object]:
     """The table the plugin of candidate ``cand`` declares; ``{"__error__": why}`` if its hook raised."""
     kernels: Dict[str, object] = {}
-    plugin = reg.pm.get_plugin(cand.plugin)
     try:
-        for table in reg.plugin_call(plugin, "hal_fused_kernels", spec=cand.spec):
+        for table in reg.call_for(cand, "hal_fused_kernels"):
             kernels.update(table or {})
     except Exception as exc:  # a broken plugin table means: no fused kernels
         kernels = {"__error__": f"{cand.plugin}: hal_fused_kernels raised {type(exc).__name__}: {exc}"}

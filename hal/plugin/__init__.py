@@ -2,7 +2,8 @@
 
 ``hookspecs`` (the hooks, ``hal_*``) · ``spec`` (``BackendSpec``, ``ProbeResult``: plain frozen
 data) · ``probe`` (cheap evidence: modules, device nodes, tools, env, torch build facts) ·
-``registry`` (pluggy's ``PluginManager("hal")``: discovery, spec -> probe -> load, selection) ·
+``registry`` (pluggy's ``PluginManager("hal")``: discovery, blocking, validation, spec -> probe ->
+load, selection, the hook fan-out) · ``origin`` (the distribution that supplied each plugin) ·
 ``backend`` (the ``Backend`` object a load hook returns) · ``kit`` (building blocks for plugins
 of the standard shape) · ``facts`` (the built-in backends' data files) · ``cuda_family`` (which
 vendor a ``cuda``-typed torch build is).
