@@ -17,6 +17,7 @@ from functools import lru_cache
 import onnx
 from onnx import AttributeProto, FunctionProto, NodeProto, defs, helper
 
+from op_coverage.onnx import walk
 from op_coverage.onnx.builder import Builder, Decline, dtype_enum
 
 ONNX = "ai.onnx"
@@ -126,16 +127,12 @@ def inline(b: Builder, node: NodeProto, fp: FunctionProto) -> None:
                     bound.name = a.name
                     new.attribute.append(bound)
                 continue  # optional attribute the node does not set: leave it out, as the spec says
-            if a.type == AttributeProto.GRAPH:
+            if a.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS):
+                # a recursion through copy_node, not walk.graphs: each body renames its values over
+                # the lookup of the scope around it
                 g = AttributeProto()
                 g.CopyFrom(a)
-                copy_graph(g.g, lookup)
-                new.attribute.append(g)
-                continue
-            if a.type == AttributeProto.GRAPHS:
-                g = AttributeProto()
-                g.CopyFrom(a)
-                for sub in g.graphs:
+                for _k, sub in walk.attribute_graphs(g):
                     copy_graph(sub, lookup)
                 new.attribute.append(g)
                 continue

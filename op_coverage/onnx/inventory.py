@@ -11,9 +11,11 @@ from __future__ import annotations
 import warnings
 from collections import Counter
 from dataclasses import dataclass, field
+from itertools import chain
 
 import onnx
 
+from op_coverage.onnx import walk
 from op_coverage.onnx.load import LoadedModel, tensor_bytes
 
 ONNX_DOMAIN = "ai.onnx"
@@ -105,18 +107,7 @@ def _schema(op_type: str, domain: str, opset: int | None):
 def all_nodes(model: onnx.ModelProto, functions: bool = True):
     """Every node of *model*, subgraph bodies included, in the order :func:`build_inventory`
     visits them; then the nodes of its local functions unless ``functions=False``."""
-    def walk(g):
-        for n in g.node:
-            yield n
-            for a in n.attribute:
-                if a.HasField("g"):
-                    yield from walk(a.g)
-                for sub in a.graphs:
-                    yield from walk(sub)
-    yield from walk(model.graph)
-    if functions:
-        for f in model.functions:
-            yield from walk(f)
+    return (n for _scope, _i, n in walk.nodes(model, functions))
 
 
 def _type_params(schema, n_inputs: int) -> list[str | None] | None:
@@ -171,51 +162,62 @@ def build_inventory(loaded: LoadedModel) -> Inventory:
     inv = Inventory(nodes=[], opsets=opsets, shape_inference=status)
     seen_weights: set[str] = set()
 
-    def walk(g, path, scopes, opsets, weights, in_function=None):
-        types = dict(scopes)
-        types.update(_value_types(g))
-        local_weights = dict(weights)
-        for t in getattr(g, "initializer", ()):
-            local_weights[t.name] = tensor_bytes(t)
-        for i, n in enumerate(g.node):
-            generated = not n.name
-            name = n.name or (f"{path}/{n.op_type}_{i}" if path != "main" else f"{n.op_type}_{i}")
-            dom = norm_domain(n.domain)
-            wbytes = 0
-            for inp in n.input:
-                if inp in local_weights and (in_function, inp) not in seen_weights:
-                    seen_weights.add((in_function, inp))
-                    wbytes += local_weights[inp]
-            for a in n.attribute:
-                if a.HasField("t"):
-                    wbytes += tensor_bytes(a.t)
-                for t in a.tensors:
-                    wbytes += tensor_bytes(t)
-            fn = local.get((n.domain, n.op_type))
-            schema = _schema(n.op_type, dom, opsets.get(dom)) if fn is None else None
-            info = NodeInfo(
-                name=name, op_type=n.op_type, domain=dom, opset=opsets.get(dom),
-                version=schema.since_version if schema is not None else None, path=path,
-                input_dtypes=[types.get(x, (None, None))[0] if x else None for x in n.input],
-                input_shapes=[types.get(x, (None, None))[1] if x else None for x in n.input],
-                inputs=list(n.input), outputs=list(n.output), weight_bytes=wbytes, generated_name=generated,
-                function=f"{fn.domain}.{fn.name}" if fn is not None else None,
-                typed_inputs=_typed_inputs(schema, len(n.input)),
-                type_params=_type_params(schema, len(n.input)), attributes=list(n.attribute), opsets=opsets)
-            inv.nodes.append(info)
-            if fn is not None:
-                inv.functions.setdefault(info.function, []).append(f"{path}/{name}")
-            step = n.name or f"{n.op_type}_{i}"  # the generated name already holds the path: not twice
-            for a in n.attribute:
-                if a.HasField("g"):
-                    walk(a.g, f"{path}/{step}.{a.name}", types, opsets, local_weights, in_function)
-                for k, sub in enumerate(a.graphs):
-                    walk(sub, f"{path}/{step}.{a.name}[{k}]", types, opsets, local_weights, in_function)
+    # (scope, facts) from a root down to the scope of the node at hand; facts are the value types,
+    # the weight bytes by initializer name, the opsets and the function key a body inherits
+    open_scopes: list = []
 
-    walk(inferred.graph, "main", {}, opsets, {})
-    for f in model.functions:
-        fops = dict(opsets)
-        fops.update({norm_domain(i.domain): i.version for i in f.opset_import})
-        walk(f, f"function:{f.domain}.{f.name}", {}, fops, {}, in_function=f"{f.domain}.{f.name}")
+    def scope_facts(scope):
+        while open_scopes and open_scopes[-1][0] is not scope and open_scopes[-1][0] is not scope.parent:
+            open_scopes.pop()  # the walk has left those bodies
+        if open_scopes and open_scopes[-1][0] is scope:
+            return open_scopes[-1][1]
+        if scope.parent is not None:  # a body sees its parent's values, weights and opsets
+            types, weights, fops, in_function = open_scopes[-1][1]
+            types, weights = dict(types), dict(weights)
+        elif scope.function is not None:
+            f = scope.function
+            fops = dict(opsets)
+            fops.update({norm_domain(i.domain): i.version for i in f.opset_import})
+            types, weights, in_function = {}, {}, f"{f.domain}.{f.name}"
+        else:
+            types, weights, fops, in_function = {}, {}, opsets, None
+        types.update(_value_types(scope.graph))
+        for t in getattr(scope.graph, "initializer", ()):
+            weights[t.name] = tensor_bytes(t)
+        open_scopes.append((scope, (types, weights, fops, in_function)))
+        return open_scopes[-1][1]
+
+    # the main graph as shape inference typed it; the functions as the file has them
+    every = chain(walk.nodes(inferred.graph), *(walk.nodes(f) for f in model.functions))
+    for scope, i, n in every:
+        types, local_weights, opsets_here, in_function = scope_facts(scope)
+        path = scope.path
+        generated = not n.name
+        name = n.name or (f"{path}/{n.op_type}_{i}" if path != "main" else f"{n.op_type}_{i}")
+        dom = norm_domain(n.domain)
+        wbytes = 0
+        for inp in n.input:
+            if inp in local_weights and (in_function, inp) not in seen_weights:
+                seen_weights.add((in_function, inp))
+                wbytes += local_weights[inp]
+        for a in n.attribute:
+            if a.HasField("t"):
+                wbytes += tensor_bytes(a.t)
+            for t in a.tensors:
+                wbytes += tensor_bytes(t)
+        fn = local.get((n.domain, n.op_type))
+        schema = _schema(n.op_type, dom, opsets_here.get(dom)) if fn is None else None
+        info = NodeInfo(
+            name=name, op_type=n.op_type, domain=dom, opset=opsets_here.get(dom),
+            version=schema.since_version if schema is not None else None, path=path,
+            input_dtypes=[types.get(x, (None, None))[0] if x else None for x in n.input],
+            input_shapes=[types.get(x, (None, None))[1] if x else None for x in n.input],
+            inputs=list(n.input), outputs=list(n.output), weight_bytes=wbytes, generated_name=generated,
+            function=f"{fn.domain}.{fn.name}" if fn is not None else None,
+            typed_inputs=_typed_inputs(schema, len(n.input)),
+            type_params=_type_params(schema, len(n.input)), attributes=list(n.attribute), opsets=opsets_here)
+        inv.nodes.append(info)
+        if fn is not None:
+            inv.functions.setdefault(info.function, []).append(f"{path}/{name}")
     inv.weight_bytes = sum(n.weight_bytes for n in inv.nodes)
     return inv

@@ -16,6 +16,7 @@ import onnx
 from google.protobuf.message import DecodeError
 
 from op_coverage.errors import ModelNotFound, NotOnnx, TruncatedModel, UnknownOpset, UnsafeExternalData
+from op_coverage.onnx import walk
 from op_coverage.onnx.wire import ELIDED_KEY, MAX_MESSAGE_DEPTH, FileBytes, WireError, strip_model
 
 _SNIFF = [
@@ -107,6 +108,13 @@ def tensor_bytes(t: onnx.TensorProto) -> int:
 
 
 def _iter_tensors(model: onnx.ModelProto):
+    """Every tensor of *model*: initializers, sparse initializers and attribute tensors, at any depth.
+
+    A recursion of its own rather than :func:`op_coverage.onnx.walk.graphs`: the order is the
+    file's, in which a body's tensors come between those of the attributes around it, and
+    :attr:`LoadedModel.external_files` lists the data files in the order they first appear; a
+    walk by graph or by node would reorder them.
+    """
     def graph_tensors(g):
         yield from g.initializer
         for s in g.sparse_initializer:
@@ -120,9 +128,7 @@ def _iter_tensors(model: onnx.ModelProto):
             if a.HasField("t"):
                 yield a.t
             yield from a.tensors
-            if a.HasField("g"):
-                yield from graph_tensors(a.g)
-            for g in a.graphs:
+            for _k, g in walk.attribute_graphs(a):
                 yield from graph_tensors(g)
 
     yield from graph_tensors(model.graph)
@@ -150,25 +156,22 @@ def check_opsets(model: onnx.ModelProto) -> None:
             raise UnknownOpset(f"opset {imp.domain or 'ai.onnx'} version {imp.version} is not valid; re-export the model")
     declared = {i.domain for i in model.opset_import}
     local = {(f.domain, f.name) for f in model.functions}
+    for scope, _i, n in walk.nodes(model):
+        here = declared if scope.function is None else {i.domain for i in scope.function.opset_import} | declared
+        if n.domain not in here and not (n.domain == "ai.onnx" and "" in here) \
+                and (n.domain, n.op_type) not in local:
+            raise UnknownOpset(
+                f"node {n.name or n.op_type!r} in {_where(scope)} uses domain {n.domain or 'ai.onnx'!r}, which "
+                f"the model does not import (opset_import has {sorted(d or 'ai.onnx' for d in here)}); "
+                "add the domain to opset_import or fix the exporter")
 
-    def check_graph(g, where, declared):
-        for n in g.node:
-            if n.domain not in declared and not (n.domain == "ai.onnx" and "" in declared) \
-                    and (n.domain, n.op_type) not in local:
-                raise UnknownOpset(
-                    f"node {n.name or n.op_type!r} in {where} uses domain {n.domain or 'ai.onnx'!r}, which "
-                    f"the model does not import (opset_import has {sorted(d or 'ai.onnx' for d in declared)}); "
-                    "add the domain to opset_import or fix the exporter")
-            for a in n.attribute:
-                if a.HasField("g"):
-                    check_graph(a.g, f"{where}/{n.name or n.op_type}", declared)
-                for sub in a.graphs:
-                    check_graph(sub, f"{where}/{n.name or n.op_type}", declared)
 
-    check_graph(model.graph, "the main graph", declared)
-    for f in model.functions:
-        fdeclared = {i.domain for i in f.opset_import} | declared
-        check_graph(f, f"function {f.domain}.{f.name}", fdeclared)
+def _where(scope: walk.Scope) -> str:
+    """Where a node sits, for an error: ``the main graph/If_node``, ``function d.f/Loop``."""
+    if scope.parent is not None:
+        return f"{_where(scope.parent)}/{scope.node.name or scope.node.op_type}"
+    f = scope.function
+    return "the main graph" if f is None else f"function {f.domain}.{f.name}"
 
 
 def _too_deep(p: Path, why: str) -> str:

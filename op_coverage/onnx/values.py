@@ -15,6 +15,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from op_coverage.onnx import walk
 from op_coverage.onnx.builder import dtype_enum
 from op_coverage.onnx.inventory import NodeInfo, _schema, _type_params, _typed_inputs, dtype_name, norm_domain
 
@@ -86,7 +87,8 @@ def infer_into(nodes: list, env: Env) -> None:
     for vi in list(inferred.graph.value_info) + list(inferred.graph.output):
         if vi.type.HasField("tensor_type") and vi.name in produced:
             _record_tensor_type(env, vi.name, vi.type.tensor_type)
-    # subgraphs (a Loop brought in by an expansion): keep what inference learnt about their values
+    # subgraphs (a Loop brought in by an expansion): keep what inference learnt about their values.
+    # Not op_coverage.onnx.walk: each body is paired with its inferred twin, one level down only
     for n, inf in zip(nodes, inferred.graph.node):
         for a, ia in zip(n.attribute, inf.attribute):
             subs = [(a.g, ia.g)] if a.type == onnx.AttributeProto.GRAPH else list(zip(a.graphs, ia.graphs))
@@ -106,8 +108,8 @@ def infer_into(nodes: list, env: Env) -> None:
 def name_generator(model: onnx.ModelProto) -> Callable[[str], str]:
     """A ``fresh(prefix)`` that never returns a name already used anywhere in *model*."""
     used: set = set()
-
-    def graph_names(g):
+    for scope in walk.graphs(model):
+        g = scope.graph
         for x in list(g.input) + list(g.output) + list(g.value_info):
             used.add(x if isinstance(x, str) else x.name)
         for t in getattr(g, "initializer", ()):
@@ -116,15 +118,6 @@ def name_generator(model: onnx.ModelProto) -> Callable[[str], str]:
             used.add(n.name)
             used.update(n.input)
             used.update(n.output)
-            for a in n.attribute:
-                if a.HasField("g"):
-                    graph_names(a.g)
-                for s in a.graphs:
-                    graph_names(s)
-
-    graph_names(model.graph)
-    for f in model.functions:
-        graph_names(f)
     counter = Counter()
 
     def fresh(prefix: str) -> str:

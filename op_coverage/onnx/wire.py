@@ -9,7 +9,8 @@ gains one ``metadata_props`` entry, ``op_coverage.elided_bytes``, with the paylo
 disk.
 
 Only the message fields that can (transitively) contain tensors are descended into; every
-other field is copied byte for byte.
+other field is copied byte for byte.  This is a walk of its own, not :mod:`op_coverage.onnx.walk`
+(which walks parsed messages): it runs before anything is parsed, precisely so that no tensor is.
 """
 from __future__ import annotations
 

@@ -15,6 +15,7 @@ import onnx
 
 from op_coverage.onnx.inventory import norm_domain
 from op_coverage.onnx.values import Env, infer_into, name_generator, scope_env
+from op_coverage.onnx.walk import has_subgraphs, subgraphs
 from op_coverage.plan import NodePlan, Planner
 from op_coverage.targets.profile import SupportProfile
 
@@ -77,6 +78,8 @@ def rewrite_model(model: onnx.ModelProto, profile: SupportProfile, *, max_depth:
         emitted: set = set()  # names of the nodes replacements brought into this graph
         for i, n in enumerate(g.node):
             ni = info_g.node[i] if info_g is not g and i < len(info_g.node) else n
+            # not op_coverage.onnx.walk: each body is rewritten in place (after its parent's scope is
+            # known, before the parent's node list is replaced) beside its twin in the inferred copy
             for a_i, a in enumerate(n.attribute):
                 if a.HasField("g"):
                     do_graph(a.g, ni.attribute[a_i].g if ni is not n else a.g, env, f"{path}/{n.name}.{a.name}", opsets)
@@ -98,9 +101,8 @@ def rewrite_model(model: onnx.ModelProto, profile: SupportProfile, *, max_depth:
                 new_nodes.extend(p.nodes)
                 emitted.update(m.name for m in p.nodes)
                 for m in p.nodes:  # subgraphs an expansion brought in (Range's Loop body) are rewritten too
-                    for a in m.attribute:
-                        for sub in ([a.g] if a.HasField("g") else []) + list(a.graphs):
-                            do_graph(sub, sub, env, f"{path}/{m.name}.{a.name}", opsets)
+                    for attribute, _k, sub in subgraphs(m):
+                        do_graph(sub, sub, env, f"{path}/{m.name}.{attribute}", opsets)
                 res.replaced[lab] += 1
                 res.plans.setdefault(lab, p.summary())
             else:
@@ -119,7 +121,7 @@ def rewrite_model(model: onnx.ModelProto, profile: SupportProfile, *, max_depth:
         if not any(m.op_type in ("CastLike", "Cast") and m.name in emitted for m in nodes):
             return nodes
         tenv = env.child()  # the types of what the replacements produce, learnt without weights
-        infer_into([m for m in nodes if not any(a.HasField("g") or len(a.graphs) for a in m.attribute)], tenv)
+        infer_into([m for m in nodes if not has_subgraphs(m)], tenv)
         keep = {o if isinstance(o, str) else o.name for o in g.output}  # FunctionProto outputs are names
         new, done = fold_casts(nodes, emitted, tenv.types, tenv.consts,
                                lambda m: planner.is_native(m, tenv, path), keep)

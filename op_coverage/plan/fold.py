@@ -32,6 +32,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from op_coverage.onnx.walk import graphs, subgraphs
 from op_coverage.plan.rules._base import _dtype_name, dtype_enum
 
 #: constants up to this many elements are folded (the bodies' constants are scalars)
@@ -86,11 +87,10 @@ def _subgraph_inputs(nodes: Iterable[onnx.NodeProto]) -> set:
     """Every value name read by a node inside the subgraphs of *nodes* (any depth)."""
     used: set = set()
     for n in nodes:
-        for a in n.attribute:
-            for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
-                used.update(x for m in g.node for x in m.input)
-                used.update(o.name for o in g.output)
-                used |= _subgraph_inputs(g.node)
+        for _attribute, _k, body in subgraphs(n):
+            for scope in graphs(body):
+                used.update(x for m in scope.graph.node for x in m.input)
+                used.update(o.name for o in scope.graph.output)
     return used
 
 

@@ -20,6 +20,7 @@ from op_coverage.onnx.builder import Builder, Decline
 from op_coverage.onnx.functions import has_body
 from op_coverage.onnx.inventory import norm_domain
 from op_coverage.onnx.values import Env, infer_into, node_info
+from op_coverage.onnx.walk import has_subgraphs
 from op_coverage.plan.function_rules import body_rule
 from op_coverage.plan.rules import Rule, rules_for
 from op_coverage.targets.profile import SupportProfile
@@ -207,7 +208,7 @@ class Planner:
 
 def _signature(node: onnx.NodeProto, env: Env):
     """What a plan for *node* can depend on; None when a subgraph attribute makes it unique."""
-    if any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute):
+    if has_subgraphs(node):
         return None
     ins = []
     for x in node.input:

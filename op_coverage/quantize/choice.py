@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Callable
 
 from op_coverage.datafiles import read_json
+from op_coverage.onnx.inventory import all_nodes
 from op_coverage.targets.profile import SupportProfile
 
 
@@ -96,16 +97,7 @@ def blame(nodes: list, bad: set, fmt: dict, op_types: list) -> dict:
 
 def present_op_types(model) -> Counter:
     """Op type -> count over every graph of *model* (If/Loop/Scan bodies included)."""
-    c: Counter = Counter()
-
-    def walk(g):
-        for n in g.node:
-            c[n.op_type] += 1
-            for a in n.attribute:
-                for sub in ([a.g] if a.HasField("g") else []) + list(a.graphs):
-                    walk(sub)
-    walk(model.graph)
-    return c
+    return Counter(n.op_type for n in all_nodes(model, functions=False))
 
 
 def choose(mode: str, model, profile: SupportProfile, before: dict, trial: Callable[[str, dict, dict, list], Path],

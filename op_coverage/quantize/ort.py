@@ -75,30 +75,26 @@ def quantize_once(src: Path, dst: Path, fmt: dict, variant: dict, op_types: list
     sort_nodes(dst)
 
 
-def _used_inside(g) -> set:
-    """Every name the nodes of *g* (and of their subgraphs) read."""
-    used = set()
-    for n in g.node:
-        used.update(i for i in n.input if i)
-        for a in n.attribute:
-            for sub in ([a.g] if a.HasField("g") else []) + list(a.graphs):
-                used |= _used_inside(sub)
-    return used
+def _reads_inside(node) -> set:
+    """Every name the nodes of *node*'s bodies (at any depth) read."""
+    from op_coverage.onnx import walk
+    return {i for _attribute, _k, body in walk.subgraphs(node) for _scope, _j, n in walk.nodes(body)
+            for i in n.input if i}
 
 
 def _sort_graph(g) -> bool:
     """Order *g*'s nodes so each comes after the producers of what it reads, subgraph reads included.
 
-    Keeps the given order wherever it is already valid; returns whether anything moved.
+    Keeps the given order wherever it is already valid; returns whether anything moved.  A graph
+    is sorted before its bodies (the recursion below, not a walk of op_coverage.onnx.walk, since
+    the node list changes under it), and a graph left as it is (a cycle) leaves its bodies too.
     """
+    from op_coverage.onnx import walk
     nodes = list(g.node)
     produced = {o for n in nodes for o in n.output if o}
     needs = []
     for n in nodes:
-        reads = {i for i in n.input if i}
-        for a in n.attribute:
-            for sub in ([a.g] if a.HasField("g") else []) + list(a.graphs):
-                reads |= _used_inside(sub)
+        reads = {i for i in n.input if i} | _reads_inside(n)
         needs.append(reads & produced - set(n.output))
     done, ordered, pending = set(), [], list(range(len(nodes)))
     while pending:
@@ -117,9 +113,8 @@ def _sort_graph(g) -> bool:
         del g.node[:]
         g.node.extend(nodes[i] for i in ordered)
     for n in g.node:
-        for a in n.attribute:
-            for sub in ([a.g] if a.HasField("g") else []) + list(a.graphs):
-                moved |= _sort_graph(sub)
+        for _attribute, _k, sub in walk.subgraphs(n):
+            moved |= _sort_graph(sub)
     return moved
 
 
