@@ -59,7 +59,7 @@ def _nvidia_smi_driver() -> str:
 
 
 def versions() -> dict:
-    """driver / runtime / torch / vendor-extension versions, checked against hal/data/compat.json."""
+    """driver / runtime / torch / vendor-extension versions, checked against the version matrices (hal.doctor.compat)."""
     from hal.doctor import compat
     from hal.plugin.registry import selected_backend
 

@@ -11,7 +11,7 @@ finds, in this order:
    against the target; a missing piece is planned again, recursively (depth-bounded, cycles refused).
    The plan holds when every piece, all the way down, is native or composite on the target.
 2. ``fused_op``: a ``hal.ops`` fused operator the target's hal backend declares a kernel for
-   (``hal/data/fused_kernels.json``), e.g. ``native_layer_norm`` -> ``hal.ops.layer_norm``.
+   (in its folder's ``backend.json``, see :mod:`hal.plugin.facts`), e.g. ``native_layer_norm`` -> ``hal.ops.layer_norm``.
 3. ``cpu_fallback``: the vendor's own CPU fallback (its ``unimplemented`` behaviour is ``cpu_fallback``,
    or ``error_unless_env`` with the env var set), with the bytes it moves per call: every tensor input
    and output copied device -> host -> device.  Without shapes that is a rate per element, from the
@@ -69,7 +69,7 @@ FUSED_FOR = {
     "_fused_adamw_": "fused_adamw_", "_fused_adamw_.tensor_lr": "fused_adamw_",
 }
 
-#: torch profile vendor -> hal backend name in hal/data/fused_kernels.json
+#: torch profile vendor -> hal backend name (whose backend.json declares its fused kernels)
 VENDOR_BACKEND = {"ascend": "ascend", "npu": "ascend", "mlu": "cambricon", "cambricon": "cambricon",
                   "musa": "musa", "gcu": "enflame", "enflame": "enflame", "metax": "metax", "maca": "metax",
                   "cuda": "cuda", "kunlunxin": "kunlunxin", "iluvatar": "iluvatar", "hygon": "hygon"}
@@ -327,14 +327,10 @@ def _moves_data(op: str) -> bool:
     return p in DATA_MOVEMENT or (p.endswith("_") and p[:-1] in DATA_MOVEMENT)
 
 
-@lru_cache(maxsize=None)
 def _fused_kernels() -> dict:
-    from importlib import resources
-    try:
-        text = resources.files("hal").joinpath("data/fused_kernels.json").read_text(encoding="utf-8")
-    except (ModuleNotFoundError, FileNotFoundError):
-        return {}
-    return json.loads(text).get("backends", {})
+    """``{backend: {hal op: entry}}`` of the built-in backends (:func:`hal.plugin.facts.fused_kernel_facts`)."""
+    from hal.plugin.facts import fused_kernel_facts
+    return fused_kernel_facts()["backends"]
 
 
 def fused_op_for(op: str, profile: TorchProfile) -> Optional[str]:
@@ -442,7 +438,7 @@ def plan_op(op: str, profile: TorchProfile, dtypes: Sequence[str] = ("float32",)
     fused = fused_op_for(op, profile)
     if fused:
         return OpPlan(op, "fused_op", False, [f"hal.ops.{fused}"], [],
-                      f"hal.ops.{fused} has a {profile.vendor} kernel (hal/data/fused_kernels.json); the model "
+                      f"hal.ops.{fused} has a {profile.vendor} kernel (its hal backend's backend.json declares it); the model "
                       f"calls hal.ops.{fused} instead of the torch op (a code change; not installed by hal.fallback). "
                       + " ".join(notes), v.behaviour)
     # 3. the vendor's CPU fallback

@@ -5,8 +5,10 @@ Profiles (format ``op_coverage.torch_profile/1``, schema ``data/torch_profile.sc
 1. ``extra_files`` given by the user (they replace a bundled profile of the same name);
 2. hal backend plugins, through the ``hal_torch_op_profile`` hook (new format, or the older
    ``hal.op_profile/1`` that ``hal probe`` wrote: converted, see :func:`from_hal_op_profile`);
-3. the bundled profiles under ``hal/data/torch/``, generated from the project's fact sheet by
-   ``scripts/torch_profiles_from_facts.py``.
+3. the bundled profiles: the ``torch-<version>.json`` files of the built-in backends' folders
+   (``backends/ascend/torch-2.13.json``, found through :mod:`hal.plugin.facts`), generated from the
+   project's fact sheet by ``scripts/torch_profiles_from_facts.py``, like torch's own tables under
+   ``hal/data/torch/`` (composite kernels per torch version, CUDA-only ops).
 
 Loading reads plain JSON and never imports torch (plugin profiles need hal's registry, which loads
 hal's backend plugins: pass ``use_plugins=False`` when that is not wanted).
@@ -33,6 +35,7 @@ from pathlib import Path
 from typing import Iterable, Optional
 
 from hal._errors import BadTorchProfile, UnknownTorchTarget
+from hal.plugin.facts import SHOWN_ROOT, builtin_files, read_builtin_json
 
 SCHEMA = "op_coverage.torch_profile/1"
 OLD_SCHEMA = "hal.op_profile/1"
@@ -41,18 +44,27 @@ BEHAVIOURS = ("cpu_fallback", "error", "error_unless_env", "unknown")
 
 
 def _data_dir():
+    """torch's own tables (no vendor's): ``composite-<minor>.json``, ``cuda_only_parents.json``."""
     return resources.files("hal").joinpath("data", "torch")
 
 
 @lru_cache(maxsize=None)
 def _read_bundled(name: str) -> dict:
+    """One of torch's own tables under ``hal/data/torch`` by file name."""
     return json.loads(_data_dir().joinpath(name).read_text(encoding="utf-8"))
 
 
+@lru_cache(maxsize=1)
+def bundled_files() -> dict[str, str]:
+    """``{profile name: file}`` of the bundled torch profiles (``"mlu-2.4": "backends/cambricon/torch-2.4.json"``),
+    sorted by name: every ``torch-*.json`` of the built-in backends' folders."""
+    found = {read_builtin_json(path)["name"]: path for path in builtin_files("torch-*.json")}
+    return dict(sorted(found.items()))
+
+
 def bundled_names() -> list[str]:
-    """File names of the bundled torch profiles (not the composite tables), sorted."""
-    return sorted(p.name for p in _data_dir().iterdir()
-                  if p.name.endswith(".json") and not p.name.startswith(("composite-", "cuda_only_parents")))
+    """Names of the bundled torch profiles, sorted."""
+    return list(bundled_files())
 
 
 def version_key(v: str) -> tuple[int, int]:
@@ -346,7 +358,7 @@ class TorchProfile:
         prov = " ".join(str(x) for x in (src.get("repo"), src.get("ref"), (src.get("commit") or "")[:8]) if x)
         return {"name": self.name, "aliases": list(self.aliases), "kind": "torch", "title": self.title,
                 "profile_kind": "plugin" if self.origin.startswith("hal plugin") else
-                ("bundled" if self.origin.startswith("hal/data") else "user"),
+                ("bundled" if self.origin.startswith(SHOWN_ROOT + "/") else "user"),
                 "provenance": prov or self.data.get("provenance", "") or self.origin, "source": src,
                 "origin": self.origin, "entries": len(self.native), "torch_version": self.torch_version,
                 "device_type": self.device_type, "unimplemented": self.unimplemented.get("default"),
@@ -424,7 +436,7 @@ def load_torch_profiles(extra_files: Iterable = (), use_plugins: bool = True,
         p = TorchProfile.from_file(f)
         out[p.name] = p
     if use_plugins:
-        bundled = {n[:-5] for n in bundled_names()}
+        bundled = set(bundled_names())
         for plugin, data in plugin_torch_profiles():
             try:
                 p = profile_from_plugin(plugin, data)
@@ -438,10 +450,9 @@ def load_torch_profiles(extra_files: Iterable = (), use_plugins: bool = True,
                                     "ignored (rename it in the plugin)")
                 continue
             out[p.name] = p
-    for fname in bundled_names():
-        name = fname[:-5]
+    for name, path in bundled_files().items():
         if name not in out:
-            out[name] = TorchProfile.from_dict(_read_bundled(fname), origin=f"hal/data/torch/{fname}")
+            out[name] = TorchProfile.from_dict(read_builtin_json(path), origin=path)
     return out
 
 

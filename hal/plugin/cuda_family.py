@@ -3,7 +3,8 @@
 ROCm, Hygon DCU, MetaX, Iluvatar and Kunlunxin builds all present themselves as the
 ``cuda`` device type.  The device type alone cannot tell them apart from NVIDIA, so this
 module reads real evidence: torch version fields and attributes, vendor tools on ``PATH``,
-device nodes and vendor Python modules.  Marker facts come from ``hal/data/backends.json``.
+device nodes and vendor Python modules.  Marker facts come from each backend's ``backend.json``
+(``backends/cuda_compatible/<name>/``, ``backends/cuda/``).
 """
 from __future__ import annotations
 

@@ -2,11 +2,10 @@
 from __future__ import annotations
 
 import enum
-import json
 from dataclasses import dataclass, field
-from functools import lru_cache
-from importlib import resources
 from typing import Optional, Tuple
+
+from hal.plugin.facts import backend_facts
 
 
 class Status(str, enum.Enum):
@@ -70,20 +69,13 @@ class ProbeResult:
 _TUPLE_FIELDS = ("visible_devices_env", "device_nodes", "uncertain", "sources")
 
 
-@lru_cache(maxsize=None)
-def _builtin_table() -> dict:
-    text = resources.files("hal").joinpath("data/backends.json").read_text(encoding="utf-8")
-    return json.loads(text)["backends"]
-
-
 def builtin_spec(name: str) -> BackendSpec:
-    """The spec of a built-in backend, read from ``hal/data/backends.json``."""
-    row = dict(_builtin_table()[name])
-    row.pop("markers", None)
+    """The spec of a built-in backend, read from its folder's ``backend.json`` (see :mod:`hal.plugin.facts`)."""
+    row = backend_facts(name)["spec"]
     kw = {k: tuple(v) if k in _TUPLE_FIELDS else v for k, v in row.items()}
     return BackendSpec(name=name, **kw)
 
 
 def builtin_markers(name: str) -> dict:
-    """Vendor-marker facts (torch attributes, version tags) of a built-in backend."""
-    return dict(_builtin_table()[name].get("markers", {}))
+    """Vendor-marker facts (torch attributes, version tags) of a built-in backend, from its ``backend.json``."""
+    return dict(backend_facts(name).get("markers", {}))

@@ -5,7 +5,8 @@ Sources, in the order a name is looked up:
 1. ``--profile FILE`` profiles given by the user (they may shadow a bundled name);
 2. profiles returned by hal backend plugins through the ``hal_op_support`` hook
    (``hal.plugin.registry.plugin_op_profiles()``), when hal's core is installed;
-3. bundled profiles built from published tables (``op_coverage/data/*.profile.json``);
+3. bundled profiles built from published tables (``op_coverage/data/*.profile.json``, and each
+   hal backend's ``onnx.profile.json`` in its folder: :func:`op_coverage.datafiles.bundled_profiles`);
 4. ``ort-live``: the installed onnxruntime, probed on this machine.
 
 ``all`` means every profile from 1-4.
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from op_coverage.datafiles import names, read_json
+from op_coverage.datafiles import bundled_profiles
 from op_coverage.errors import BadProfile, UnknownTarget
 from op_coverage.targets.profile import SupportProfile
 
@@ -126,9 +127,8 @@ def load_targets(profile_files: list[str] | None = None, use_plugins: bool = Tru
         p.kind = p.kind if p.kind != "published-table" else "user"
         ts.add(p, replace=True)
     ts.plugins_pending = use_plugins
-    for fname in names(".profile.json"):
-        ts.add(SupportProfile.from_dict(read_json(fname), origin=f"op_coverage/data/{fname}",
-                                        validate=False))  # checked against the schema by the tests
+    for origin, data in bundled_profiles():
+        ts.add(SupportProfile.from_dict(data, origin=origin, validate=False))  # checked against the schema by the tests
     return ts
 
 

@@ -9,7 +9,7 @@ from onnx import TensorProto, helper
 
 from oc_models import N, vi
 from op_coverage import list_targets
-from op_coverage.datafiles import names, read_json
+from op_coverage.datafiles import bundled_profiles, read_json
 from op_coverage.errors import BadProfile, UnknownTarget
 from op_coverage.onnx.inventory import build_inventory
 from op_coverage.onnx.load import load_for_scan
@@ -22,8 +22,7 @@ EXPECTED = {"ort-cpu", "ort-cuda", "ort-dml", "tensorrt", "ascend", "openvino", 
 def test_bundled_profiles_validate_and_name_their_source():
     schema = read_json("profile.schema.json")
     found = set()
-    for fname in names(".profile.json"):
-        data = read_json(fname)
+    for fname, data in bundled_profiles():
         jsonschema.Draft202012Validator(schema).validate(data)
         assert data["source"]["repo"] and data["source"]["commit"], fname
         assert data["entries"], fname

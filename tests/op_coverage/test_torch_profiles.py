@@ -13,7 +13,10 @@ from hal.op_support.torch_profile import (TorchProfile, load_torch_profiles, nea
                                         resolve_torch_targets)
 
 ROOT = Path(__file__).resolve().parents[2]
-DATA = ROOT / "hal" / "data" / "torch"
+DATA = ROOT / "hal" / "data" / "torch"  # torch's own tables
+#: the bundled profiles: each vendor's torch-<version>.json, in its hal backend's folder
+PROFILE_FILES = sorted((ROOT / "backends").rglob("torch-*.json"))
+MUSA = ROOT / "backends" / "musa" / "torch-2.7.json"
 NAMES = {"ascend-2.7", "ascend-2.13", "musa-2.7", "mlu-2.4", "xpu-2.13", "mps-2.13", "gcu-2.10", "biren-partial",
          "metax-2.4", "cuda-2.4", "cuda-2.7", "cuda-2.10", "cuda-2.13"}
 
@@ -32,7 +35,7 @@ def _validator(ref=None):
 
 # -- the data -------------------------------------------------------------------------------------------
 def test_every_bundled_file_validates_against_the_published_schema():
-    files = sorted(DATA.glob("*.json"))
+    files = sorted(DATA.glob("*.json")) + PROFILE_FILES
     assert len(files) == len(NAMES) + 4 + 1  # profiles, composite tables 2.4/2.7/2.10/2.13, parents table
     for f in files:
         data = json.loads(f.read_text())
@@ -101,8 +104,9 @@ def test_converter_regenerates_the_committed_data(tmp_path):
         pytest.skip("the fact sheet is not on this machine")
     subprocess.run([sys.executable, str(ROOT / "scripts" / "torch_profiles_from_facts.py"), str(facts), str(tmp_path)],
                    check=True, capture_output=True, timeout=120)
-    for f in DATA.glob("*.json"):
-        assert (tmp_path / f.name).read_text() == f.read_text(), f"{f.name} differs from the converter's output"
+    for f in sorted(DATA.glob("*.json")) + PROFILE_FILES:
+        rel = f.relative_to(ROOT)
+        assert (tmp_path / rel).read_text() == f.read_text(), f"{rel} differs from the converter's output"
 
 
 # -- judging -------------------------------------------------------------------------------------------
@@ -212,7 +216,7 @@ def test_unknown_target_lists_the_known_ones(profiles):
 
 # -- user and plugin profiles -------------------------------------------------------------------------------
 def test_user_file_replaces_a_bundled_profile(tmp_path):
-    data = json.loads((DATA / "musa-2.7.json").read_text())
+    data = json.loads(MUSA.read_text())
     data["ops"] = data["ops"] + ["_logcumsumexp"]
     f = tmp_path / "musa.json"
     f.write_text(json.dumps(data))
@@ -230,7 +234,7 @@ def test_bad_user_file_names_file_and_fix(tmp_path):
 
 
 def test_plugin_profiles_in_both_formats(monkeypatch):
-    new = json.loads((DATA / "musa-2.7.json").read_text())
+    new = json.loads(MUSA.read_text())
     new.update(name="acme-2.13", aliases=["acme"], vendor="acme", torch_version="2.13.0")
     old = {"schema": "hal.op_profile/1", "backend": "emu", "device_type": "emu", "device": "emu:0",
            "torch": "2.13.0+cpu", "ops": {"add": {"status": "native", "detail": "ok"},
@@ -248,7 +252,7 @@ def test_plugin_profiles_in_both_formats(monkeypatch):
     assert (emu.judge("erf").status, emu.judge("erf").behaviour) == ("missing", "cpu_fallback")
     assert emu.judge("lgamma").status == "missing"
     assert any("broken:x" in p for p in problems) and any("clashes" in p for p in problems)
-    assert ps["ascend-2.13"].origin.startswith("hal/data")
+    assert ps["ascend-2.13"].origin == "backends/ascend/torch-2.13.json"  # the bundled one
 
 
 def test_the_emulator_plugin_profile_loads():
@@ -278,7 +282,7 @@ def test_targets_lists_onnx_and_torch_with_their_kind(run_cli):
 
 
 def test_targets_details_and_torch_profile_files(run_cli, tmp_path):
-    data = json.loads((DATA / "musa-2.7.json").read_text())
+    data = json.loads(MUSA.read_text())
     data.update(name="my-npu", aliases=[], vendor="my")
     f = tmp_path / "my.json"
     f.write_text(json.dumps(data))

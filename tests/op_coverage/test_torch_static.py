@@ -15,6 +15,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
+from hal.plugin.spec import builtin_spec
 from op_coverage.datafiles import read_json
 from op_coverage.errors import ScriptNotFound
 from op_coverage.report.torch_static import CSV_COLUMNS, render
@@ -463,9 +464,8 @@ def test_redirected_torch_cuda_names_are_the_shims():
 
 
 def test_vendor_table_agrees_with_hal_backends():
-    backends = json.loads((ROOT / "hal" / "data" / "backends.json").read_text())["backends"]
     for key, v in load_rules()["vendors"].items():
-        b = backends[key]
+        b = builtin_spec(key).to_dict()
         assert (v["device_type"], v["c10d_backend"], v["management_tool"]) == \
             (b["device_type"], b["dist_backend"], b["management_tool"]), key
         assert v["visible_devices_env"] == b["visible_devices_env"], key

@@ -1,7 +1,7 @@
 """Huawei Ascend (torch_npu) fused kernels, adapted to hal.ops conventions.
 
 Argument conventions from Ascend/op-plugin op_plugin_functions.yaml and the torch_npu
-API docs (see hal/data/fused_kernels.json for sources)."""
+API docs (see backend.json beside this file for sources)."""
 import torch
 
 from hal.ops._dispatch import KernelUnsupported

@@ -1,5 +1,8 @@
 """Stacks whose torch build presents itself as ``cuda``: AMD ROCm, Hygon DCU, MetaX,
-Iluvatar CoreX, Kunlunxin.  Told apart from NVIDIA by hal.plugin.cuda_family's evidence."""
+Iluvatar CoreX, Kunlunxin.  Told apart from NVIDIA by hal.plugin.cuda_family's evidence.
+
+One plugin, five backends: each backend's facts are in its own folder here (``rocm/backend.json``,
+``metax/torch-2.4.json`` ...), the adapters of all five in ``fused.py``."""
 from hal.plugin.facts import builtin_fused_kernels
 from hal.plugin import hookimpl
 from hal.plugin.spec import builtin_spec
