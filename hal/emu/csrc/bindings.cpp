@@ -96,8 +96,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("memory_stats", &memory_stats, "allocator statistics of one device, in torch.cuda's keys");
   m.def("reset_peak", [](int index) { hal_emu::reset_peak(static_cast<c10::DeviceIndex>(index)); });
   m.def("default_generators", &default_generators, "the default torch.Generator of each device");
-  m.def("set_native_ops", &hal_emu::set_native_ops, py::arg("packets"), py::arg("all") = false);
-  m.def("claim_ops", &hal_emu::claim_ops, "route these aten ops through the router instead of torch's composites");
+  m.def("set_kernels", &hal_emu::set_kernels, py::arg("native"), py::arg("counted"),
+        "make the router the kernel of these aten ops: native ones uncounted, counted ones as host fallbacks");
   m.def("host_counts", &hal_emu::host_counts, "(op, count) of every op computed as a host fallback");
   m.def("reset_host_counts", &hal_emu::reset_host_counts);
   m.def("set_fallback_observer", &set_fallback_observer, "called with an op name on its first host fallback");
