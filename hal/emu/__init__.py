@@ -22,34 +22,37 @@ torch's decomposition first (``HAL_EMU_FALLBACK=decomposition``; always for ops 
 kernel).  :mod:`hal.fallback` then installs its decompositions as on any vendor's device: only
 where the device registered no kernel.
 
-Module map — the device runtime, then its torch integration, then hal's side:
+Module map — the device runtime, its torch integration, hal's side (as ``torch_openreg`` separates
+its runtime from its ATen kernels):
 
-==========================  =====================================================================
-the device (runtime)
-``csrc/runtime.cpp``        devices, memory (allocator, pinned host memory), streams and events
-                            (the device guard), generators, the ``PrivateUse1`` hooks
-``csrc/emu.h``              the C++ interface between the files of ``csrc/``
-``_build.py``, ``build.py`` compile ``hal_emu_C`` for the torch installed, cache it, load it
-torch integration
-``_device.py``              :func:`install`: ``PrivateUse1`` renamed ``emu``, ``torch.emu``,
-                            ``Tensor.emu()``, then the ops and the process hooks below
-``_module.py``              ``torch.emu``, the device module (``torch.cuda``'s API)
-``csrc/kernels.cpp``        the device's own kernels (allocation, views, copies, dropout,
-                            convolution, recurrent cells, SyncBatchNorm) and the router
-``csrc/autocast.cpp``       ``AutocastPrivateUse1`` with CUDA's cast lists
-``_profile.py``             the native set (``hal/data/emu_profile.json``)
-``_dispatch.py``            the native set's kernels, the boxed fallback, the fallback report
-``_vendor.py``              ``HAL_EMU_OPS``: a vendor's coverage
-``_ipc.py``                 emu tensors across processes (shared memory), the fork guard
-``_ccl.py``                 ``emuccl``, the out-of-tree c10d backend (gloo on the same bytes)
-``csrc/trace.cpp``,         the op trace: every op that reaches the device (``op_coverage trace``)
-``_trace.py``
-``csrc/bindings.cpp``       ``hal_emu_C``: what the Python side calls in C++
+==============================  =================================================================
+the device runtime
+``csrc/runtime.cpp``            devices, memory (allocator, pinned host memory), streams and
+                                events (the device guard), generators, the ``PrivateUse1`` hooks
+``_module.py``                  ``torch.emu``, the device module (``torch.cuda``'s API)
+``_device.py``                  :func:`install`: ``PrivateUse1`` renamed ``emu``, ``torch.emu``,
+                                ``Tensor.emu()``, then the ops and the process hooks
+``_ipc.py``                     emu tensors across processes (shared memory), the fork guard
+``_build.py``, ``build.py``     compile ``hal_emu_C`` for the torch installed, cache it, load it
+its torch integration at the op level (ATen)
+``csrc/aten_kernels.cpp``       the device's own kernels (allocation, views, copies, dropout,
+                                convolution, recurrent cells, SyncBatchNorm) and the router
+``csrc/aten_autocast.cpp``      ``AutocastPrivateUse1`` with CUDA's cast lists
+``_profile.py``                 the native set (``hal/data/emu_profile.json``)
+``_dispatch.py``                the native set's kernels, the boxed fallback, the fallback report
+``_vendor.py``                  ``HAL_EMU_OPS``: a vendor's coverage
+``csrc/aten_trace.cpp``,        the op trace: every op that reaches the device
+``_trace.py``                   (``op_coverage trace``)
+``_ccl.py``                     ``emuccl``, the out-of-tree c10d backend (gloo on the same bytes)
+``csrc/python_module.cpp``,     ``hal_emu_C``, Python's view of the C++ half, and the C++
+``csrc/emu.h``                  interface between the files of ``csrc/``
 hal's side
-``_backend.py``             :class:`EmuBackend`, the Backend facets (fallback report, own ops...)
-``backends/emu.py``         the plugin: spec, probe, load, ``hal_c10d_backend``,
-                            ``hal_torch_op_profile``
-==========================  =====================================================================
+``_backend.py``                 ``EmuBackend``: the Backend facets (fallback report, own ops, ...)
+``backends/emu.py``             the plugin: spec, probe, load, ``hal_c10d_backend``,
+                                ``hal_torch_op_profile``
+==============================  =================================================================
+
+The public API below is what hal's plugin and ``op_coverage trace`` use; the rest is private.
 """
 from hal._version import __version__  # the emulator ships with hal
 from hal.emu._device import DEVICE_TYPE, install, is_installed, privateuse1_owner, real_accelerator

@@ -1,6 +1,6 @@
 """The emulated device's op trace: every aten op that reaches it, as a vendor kernel receives it.
 
-Recorded in C++ from the dispatcher's RecordFunction callbacks (``hal/emu/csrc/trace.cpp``):
+Recorded in C++ from the dispatcher's RecordFunction callbacks (``hal/emu/csrc/aten_trace.cpp``):
 calls on emu tensors, or with an emu device argument, whose kernel on the device is not
 torch's CompositeImplicitAutograd decomposition (those decompose above the device; their
 pieces arrive one by one).  A call made while another device call runs (the pieces of a

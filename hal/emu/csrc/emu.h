@@ -1,10 +1,15 @@
 // The hal emulated accelerator: a PyTorch device on PrivateUse1 whose memory is host memory.
 //
-// runtime.cpp  devices, allocator, streams/events (device guard), generators, hooks
-// kernels.cpp  allocation / view / copy kernels, the op router (the native set's kernel, and
-//              the host runs of the fallback), the kernels torch selects only for non-CPU devices
-// autocast.cpp AutocastPrivateUse1 with CUDA's cast lists
-// bindings.cpp the Python module hal_emu_C
+// the device runtime (what a vendor's runtime and its c10 registration provide)
+//   runtime.cpp        devices, allocator, streams/events (device guard), generators, hooks
+// its torch integration at the op level (ATen)
+//   aten_kernels.cpp   allocation / view / copy kernels, the router (the native set's kernel, and
+//                      the host runs of the fallback), the kernels torch selects only for non-CPU
+//                      devices
+//   aten_autocast.cpp  AutocastPrivateUse1 with CUDA's cast lists
+//   aten_trace.cpp     the op trace (RecordFunction callbacks at the dispatcher)
+// and Python's view of all of it
+//   python_module.cpp  the Python module hal_emu_C
 #pragma once
 
 #include <ATen/ATen.h>
@@ -94,7 +99,7 @@ bool counting();
 void host_call(const c10::OperatorHandle& op, torch::jit::Stack* stack, bool count);
 
 // -- trace ------------------------------------------------------------------------------
-// every op that reaches the device while tracing (see trace.cpp)
+// every op that reaches the device while tracing (see aten_trace.cpp)
 struct TraceRow {
   std::string op;
   int64_t top = 0, nested = 0, forward = 0, backward = 0, optimizer = 0;
