@@ -21,16 +21,19 @@ over ``gelu.out``) runs as torch's composite, as on the vendor, and its pieces r
 from __future__ import annotations
 
 import os
-from typing import Dict, List, Optional
+from typing import TYPE_CHECKING, Dict, List, Optional
 
 import torch
 
 from hal._errors import HalError
 
+if TYPE_CHECKING:  # pragma: no cover
+    from hal.op_support.torch_profile import TorchProfile
+
 ENV = "HAL_EMU_OPS"
 
 
-def emulated_profile(env=None) -> Optional["object"]:
+def emulated_profile(env=None) -> Optional["TorchProfile"]:
     """The torch profile ``HAL_EMU_OPS`` names (a :class:`hal.op_support.torch_profile.TorchProfile`),
     or None when it is unset; :class:`hal.HalError` naming the choices for an unknown name."""
     name = (os.environ if env is None else env).get(ENV, "").strip()
