@@ -33,7 +33,7 @@ class EmuPlugin(VendorPlugin):
                            f"({real}); torch allows one accelerator per process: use HAL_BACKEND={real}")
         hal.emu.install()
         # as torch_npu registers hccl on import: init_process_group("cpu:gloo,emu:emuccl") works at once
-        register_ccl(hal_c10d_backend(self.spec), "emu")
+        register_ccl(hal_c10d_backend(self.spec), self.spec.name)
         return self.backend_class()(self.spec, hal.emu)
 
 

@@ -37,6 +37,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
 
+from hal.emu._device import DEVICE_TYPE
 from hal.emu._profile import native_packets
 from hal.op_support.decompose import Uses, decomposition_kernel
 from hal.util import own_ops
@@ -76,7 +77,7 @@ def caller_frame() -> Tuple[str, int]:
 def device_name() -> str:
     """How the device names itself in a fallback line: ``"emu"``, or with ``HAL_EMU_OPS``
     ``"emu with musa-2.7's coverage (HAL_EMU_OPS)"``."""
-    return f"emu with {_vendor.name}'s coverage (HAL_EMU_OPS)" if _vendor is not None else "emu"
+    return f"{DEVICE_TYPE} with {_vendor.name}'s coverage (HAL_EMU_OPS)" if _vendor is not None else DEVICE_TYPE
 
 
 def _warn(op: str, route: str, where: Tuple[str, int]) -> None:
