@@ -1,8 +1,9 @@
 """The hal emulated accelerator (device type ``emu``): opt-in with ``HAL_BACKEND=emu``.
 
 The reference a vendor plugin copies: spec from data, a probe that imports nothing, a
-load that registers the device with PyTorch, and the collective registered as an
-out-of-tree c10d backend, as vendor CCLs are.
+load that registers the device with PyTorch (and its collective, as a vendor module
+registers its CCL on import), the collective named by ``hal_c10d_backend`` as an
+out-of-tree c10d backend, and the device's torch op profile from ``hal_torch_op_profile``.
 """
 from hal._errors import NoDevice
 from hal.plugin import hookimpl
@@ -23,21 +24,20 @@ class EmuPlugin(VendorPlugin):
                            (f"HAL_BACKEND={wanted}", f"torch {context.torch.version}"))
 
     def load(self):
-        from hal.emu import install
-        from hal.emu._ccl import register_c10d_backend
-        from hal.emu._device import real_accelerator
+        import hal.emu
+        from hal.dist.process_group import register_ccl
 
-        real = real_accelerator()
+        real = hal.emu.real_accelerator()
         if real is not None:
             raise NoDevice(f"the emulator stands in for an accelerator, and this process has a real one "
                            f"({real}); torch allows one accelerator per process: use HAL_BACKEND={real}")
-        install()
-        register_c10d_backend()
-        import hal.emu as module
-        return self.backend_class()(self.spec, module)
+        hal.emu.install()
+        # as torch_npu registers hccl on import: init_process_group("cpu:gloo,emu:emuccl") works at once
+        register_ccl(hal_c10d_backend(self.spec), self.spec.name)
+        return self.backend_class()(self.spec, hal.emu)
 
 
-_plugin = EmuPlugin(builtin_spec("emu"), "hal_backends.torch_backends:EmuBackend")
+_plugin = EmuPlugin(builtin_spec("emu"), "hal.emu._backend:EmuBackend")
 hal_backend_specs, hal_backend_probe, hal_backend_load, hal_op_support = _plugin.hooks()
 
 
@@ -46,15 +46,20 @@ def hal_c10d_backend(spec):
     """``emuccl``, the out-of-tree c10d backend (gloo on host memory) for the ``emu`` device."""
     if spec.name != _plugin.spec.name:
         return None
-    from hal.emu._ccl import c10d_entry
-    return c10d_entry()
+    import hal.emu
+    return hal.emu.c10d_entry()
 
 
 @hookimpl
 def hal_torch_op_profile(spec):
-    """The profile ``HAL_BACKEND=emu hal probe --out hal/data/emu_op_profile.json`` wrote."""
+    """The emulated vendor's profile under ``HAL_EMU_OPS``, else the one
+    ``HAL_BACKEND=emu hal probe --out hal/data/emu_op_profile.json`` wrote."""
     if spec.name != _plugin.spec.name:
         return None
     import json
+    import os
     from importlib import resources
+    if os.environ.get("HAL_EMU_OPS", "").strip():
+        import hal.emu
+        return hal.emu.emulated_profile().data
     return json.loads(resources.files("hal").joinpath("data/emu_op_profile.json").read_text(encoding="utf-8"))

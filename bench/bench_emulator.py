@@ -91,7 +91,7 @@ def main():
                                                torch.cuda.synchronize)
     t = timed_all(variants, args.steps, args.repeats, {"hal_redirect_cpu": shim})
     raw, hal_cpu, shim, emu = t["raw_cpu"], t["hal_cpu"], t["hal_redirect_cpu"], t["emu"]
-    fell = hal.fallback_report()
+    fell = emu_backend.fallback_report()  # the emulator is not hal's selected backend here
 
     res = {
         "baseline": "raw torch on the CPU, same model and step, same process",

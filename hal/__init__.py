@@ -9,7 +9,6 @@ and loaded on first use (``hal.device()``, ``hal list``)::
 """
 from hal._version import __version__  # noqa: E402,F401
 
-import sys  # noqa: E402
 from hal._errors import BackendUnavailable, HalError, NoDevice, NotSupported
 from hal.device import (Event, Stream, autocast, backend_name, current_backend, current_device,
                         current_stream, device, device_count, device_type, empty_cache,
@@ -36,18 +35,17 @@ def native_available() -> bool:
 
 
 def fallback_report():
-    """Ops that ran outside the emulated device's native op set: ``op``, ``route``, ``count``,
-    and the decompositions :mod:`hal.fallback` ran (``by: "hal.fallback"``).
-
-    Empty until the emulator (``HAL_BACKEND=emu``) has run an op it lacks; see
-    :func:`hal.emu.fallback_report`.
+    """The ops of this process that ran outside the native kernels of the selected backend's device
+    (:meth:`hal.plugin.backend.Backend.fallback_report`: ``op``, ``route``, ``count``; empty on a
+    device that does not count them; the emulator, ``HAL_BACKEND=emu``, does), then the
+    decompositions :mod:`hal.fallback` ran (``by: "hal.fallback"``).
     """
     from hal import fallback as _fallback
-    rows = _fallback.report()  # hal.fallback's decompositions (any PrivateUse1 device)
-    if "hal.emu._dispatch" in sys.modules:  # the emulator ran: its own fallbacks first
-        from hal.emu import fallback_report as _report
-        rows = _report() + rows
-    return rows
+    try:
+        rows = current_backend().fallback_report()
+    except BackendUnavailable:  # no backend to ask: only hal.fallback's own
+        rows = []
+    return rows + _fallback.report()
 
 
 def __getattr__(name):

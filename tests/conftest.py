@@ -70,3 +70,13 @@ def clean_registry(monkeypatch):
     hal.reset_registry()
     yield
     hal.reset_registry()
+
+
+@pytest.fixture
+def emu_selected(monkeypatch):
+    """The emulator as hal's selected backend (HAL_BACKEND=emu) for the duration of the test, so that
+    hal.fallback_report() asks it (the selected backend's Backend.fallback_report)."""
+    monkeypatch.setenv("HAL_BACKEND", "emu")
+    hal.reset_registry()
+    yield hal.current_backend()
+    hal.reset_registry()

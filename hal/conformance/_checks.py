@@ -245,7 +245,7 @@ def check_collectives(ctx: Context) -> str:
     if not dist.is_available():
         raise Skip("this torch build has no torch.distributed")
     b = ctx.backend
-    if b.device_type not in ("cpu", "emu") and b.device_count() < 2:
+    if not b.processes_share_devices() and b.device_count() < 2:
         raise Skip(f"2 ranks of {ctx.spec.dist_backend} need 2 devices; this machine shows "
                    f"{b.device_count()} (run the kit on a machine with 2 or more)")
     env = {**ctx.env, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()), "WORLD_SIZE": "2"}

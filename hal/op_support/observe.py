@@ -114,9 +114,7 @@ def probe_ops(backend, names: Optional[Sequence[str]] = None, progress=None) -> 
     device = backend.device()
     ops = {}
     for name in (progress(names) if progress else names):
-        if backend.device_type == "emu":
-            from hal.emu import reset_fallback_report
-            reset_fallback_report()  # so each op's first fallback warns again
+        backend.reset_fallback_report()  # so each op's first fallback warns again
         ops[name] = probe_op(name, device)
     counts = {s: sum(1 for r in ops.values() if r["status"] == s) for s in ("native", "fallback", "failing")}
     return {
@@ -270,9 +268,7 @@ def probe_trace(backend, trace: dict, progress=None, name: Optional[str] = None,
     results: Dict[str, dict] = {}
     template = warning = None
     for e in (progress(entries) if progress else entries):
-        if backend.device_type == "emu":
-            from hal.emu import reset_fallback_report
-            reset_fallback_report()  # so each op's first fallback warns again
+        backend.reset_fallback_report()  # so each op's first fallback warns again
         r = probe_trace_op(e["op"], e.get("dtypes") or ["float32"], device)
         exc = r.pop("exception", None)
         if exc is not None and template is None:

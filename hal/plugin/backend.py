@@ -1,7 +1,10 @@
 """The Backend object: the device facet over ``torch.get_device_module``.
 
 One class serves every device type; vendor plugins subclass it only where their device
-module differs.  A feature the device lacks raises :class:`hal.NotSupported`.
+module differs.  A feature the device lacks raises :class:`hal.NotSupported`.  What a device
+may tell hal about the ops it lacks (:meth:`Backend.fallback_report`, :meth:`Backend.op_fallback`,
+:meth:`Backend.on_op_fallback`) and about hal's own ops (:meth:`Backend.own_ops`) has a default
+that fits a device which counts nothing.
 """
 from __future__ import annotations
 
@@ -9,12 +12,13 @@ import contextlib
 import dataclasses
 import importlib
 import os
-from typing import Any, Dict, Iterator, List, Optional
+from typing import Any, Callable, ContextManager, Dict, Iterator, List, Optional
 
 import torch
 
 from hal._errors import NoDevice, NotSupported
 from hal.plugin.spec import BackendSpec
+from hal.util.own_ops import own_ops
 
 #: dtypes hal checks, most common first
 CANDIDATE_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64,
@@ -216,19 +220,67 @@ class Backend:
         with torch.random.fork_rng(devices=devices, enabled=enabled, device_type=self.device_type):
             yield
 
+    # -- processes --------------------------------------------------------------------
+    def processes_share_devices(self) -> bool:
+        """True when several processes may use one device at once (the host CPU; the emulator,
+        whose devices are host memory), so that two ranks can run on a machine with one device.
+        Default False: a vendor's device belongs to one process at a time."""
+        return False
+
+    # -- ops: hal's own, and the ops the device lacks ---------------------------------
+    def own_ops(self) -> ContextManager[None]:
+        """Context manager: ops run inside are hal's own (start-up checks, the dtype probe, the
+        redirection's checks), not the user's, so they are never counted as the user's fallbacks
+        (:meth:`fallback_report`, :func:`hal.fallback.report`).
+
+        Default: marks the thread (:func:`hal.util.own_ops.own_ops`); a device that counts its
+        fallbacks itself also stops counting there.
+        """
+        return own_ops()
+
+    def fallback_report(self) -> List[Dict[str, Any]]:
+        """The ops of this process that ran outside the device's native kernels: ``op``
+        (``"aten::_softmax"``), ``route`` (``"host"``: a CPU kernel, ``"decomposition"``: rewritten
+        into other ops), ``count``; highest count first.  :func:`hal.fallback_report` shows them
+        with :mod:`hal.fallback`'s decompositions.
+
+        Default: empty (a device that does not count its fallbacks reports nothing).
+        """
+        return []
+
+    def reset_fallback_report(self) -> None:
+        """Forget the counted fallbacks, so that each op's first fallback is announced again
+        (``hal probe`` does this before each op).  Default: nothing to forget."""
+
+    def on_op_fallback(self, notice: Optional[Callable[[str, str, str], None]]) -> None:
+        """Announce each op's first fallback by ``notice(op, route, device)`` instead of the
+        device's own warning (``hal run`` prints one line on rank 0); ``route`` as in
+        :meth:`fallback_report`, ``device`` how the device names itself in that line (``"emu"``).
+        ``None`` restores the device's own.  Default: nothing is announced (a device that does
+        not count its fallbacks has nothing to say)."""
+
+    def op_fallback(self, op: "torch._ops.OpOverload") -> Optional[Callable[..., Any]]:
+        """What the device does with a call of ``op`` when it has no kernel for it (its own
+        fallback: a host run, an error), as a callable taking the op's arguments; None when it
+        has none hal can call.  :mod:`hal.fallback` sends a call its decomposition does not cover
+        there, and otherwise makes a CPU round trip.  Default: None."""
+        return None
+
     # -- dtypes and autocast ----------------------------------------------------------
     def supported_dtypes(self) -> List[torch.dtype]:
-        """dtypes for which a small tensor can be made and added on this device (checked once)."""
+        """dtypes for which a small tensor can be made and added on this device (checked once,
+        as hal's own ops: see :meth:`own_ops`)."""
         if self._dtypes is None:
             ok = []
             dev = self.device()
-            for dt in CANDIDATE_DTYPES:
-                try:
-                    t = torch.ones(4, dtype=dt, device=dev)
-                    (t + t).cpu()
-                    ok.append(dt)
-                except Exception:
-                    pass
+            with self.own_ops():
+                for dt in CANDIDATE_DTYPES:
+                    try:
+                        t = torch.ones(4, dtype=dt, device=dev)
+                        (t + t).cpu()
+                        ok.append(dt)
+                    except Exception:
+                        pass
             self._dtypes = ok
         return list(self._dtypes)
 

@@ -66,7 +66,9 @@ def hal_torch_op_profile(spec):
     ``hal/data/torch_profile.schema.json``: what ``hal probe --trace ops.json --out PATH``
     writes, or a vendor's own list) or the older ``hal.op_profile/1`` that ``hal probe --out PATH``
     writes; ``op_coverage`` accepts both as a torch target.  ``hal conformance`` re-probes and
-    reports every op whose status no longer matches.
+    reports every op whose status no longer matches.  :func:`hal.fallback.install` plans against the
+    selected backend's profile in the new format (a device that emulates another one's coverage
+    returns that one's).
 
     :param spec: a :class:`hal.plugin.spec.BackendSpec` this plugin declared.
     :return: the profile dict, or None.

@@ -290,24 +290,16 @@ def _is_cuda_property(t: Redirection) -> property:
 
 
 # -- Module --------------------------------------------------------------------------------
-def _hal_own_ops(device: torch.device):
-    """Ops hal runs for itself on ``device``: not the script's (not counted nor traced on emu)."""
-    if device.type == "emu":
-        from hal.emu._dispatch import uncounted
-        return uncounted()
-    import contextlib
-    return contextlib.nullcontext()
-
-
-def keeps_parameters(device: torch.device) -> bool:
-    """True when ``Module.to(device)`` keeps a CPU module's Parameter objects (it sets
-    ``param.data``), as it does for CUDA; False where torch makes new Parameters (tensor
-    types it cannot shallow-copy into each other), which leaves an optimizer built before
-    ``.to(device)`` holding the old ones."""
+def keeps_parameters(backend) -> bool:
+    """True when ``Module.to(device)`` keeps a CPU module's Parameter objects on ``backend``'s
+    device (it sets ``param.data``), as it does for CUDA; False where torch makes new Parameters
+    (tensor types it cannot shallow-copy into each other), which leaves an optimizer built before
+    ``.to(device)`` holding the old ones.  The check is hal's own op (``backend.own_ops()``)."""
+    device = backend.device()
     if device.type == "cpu":
         return True
     try:
-        with _hal_own_ops(device):
+        with backend.own_ops():
             probe = torch.empty(0, device=device)
         return bool(torch._has_compatible_shallow_copy_type(torch.empty(0), probe))
     except Exception:  # a torch without the helper: assume torch's default behaviour is fine
@@ -319,7 +311,7 @@ def _install_module(t: Redirection) -> None:
     orig_to, orig_cuda, orig_to_empty = M.to, M.cuda, M.to_empty
     redirect = t.redirect
     future = torch.__future__
-    swap = not keeps_parameters(t.device())
+    swap = not keeps_parameters(t.backend)
 
     def move(self, *args, **kwargs):
         # what CUDA does: the module's Parameter objects survive the move (torch swaps their

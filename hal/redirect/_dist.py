@@ -36,9 +36,8 @@ def _install_process_groups(t: Redirection) -> None:
 
     @functools.wraps(orig_init)
     def init_process_group(backend=None, *args, **kwargs):
-        if t.device_type == "emu":
-            from hal.emu._ccl import register_c10d_backend
-            register_c10d_backend()
+        from hal.dist import register_plugin_ccl
+        register_plugin_ccl()  # the selected backend's out-of-tree CCL, as hal.dist.init registers it
         dev = kwargs.get("device_id")
         if dev is not None and is_cuda_like(dev):
             if t.device_type == "cpu":

@@ -9,7 +9,7 @@ import traceback
 from typing import Optional, Sequence
 
 from hal._errors import HalError
-from hal.util.frames import STDLIB, is_internal, short_path, user_site
+from hal.util.frames import STDLIB, is_internal, short_path, torch_context, user_site
 
 #: version of the run report; see docs/redirect.md ("The run report")
 SCHEMA = "hal.run/2"
@@ -56,24 +56,20 @@ def _exit_code(code) -> "tuple[int, Optional[str]]":
     return 1, f"{code}\n"
 
 
-def _announce_fallbacks(echo: bool) -> None:
-    """On the emulator, each op's first fallback is one line at the script's line that led to
-    it (logger ``hal.redirect``, so ``--quiet`` silences it), printed where the redirections
-    are (rank 0); other ranks count silently."""
-    from hal.emu._dispatch import set_notice, torch_context
+def _announce_fallbacks(backend, echo: bool) -> None:
+    """Each op's first fallback on the device (:meth:`hal.plugin.backend.Backend.on_op_fallback`)
+    is one line at the script's line that led to it (logger ``hal.redirect``, so ``--quiet``
+    silences it), printed where the redirections are (rank 0); other ranks count silently."""
     from hal.redirect._log import LOGGER
 
-    def notice(op: str, route: str, where) -> None:
+    def notice(op: str, route: str, device: str) -> None:
         if not echo:
             return
-        from hal.emu import _dispatch
         site = user_site(2) or f"({torch_context()})"
         how = "decomposed into other ops" if route == "decomposition" else "ran the CPU's kernel on the host"
-        vendor = _dispatch._vendor
-        where = f"emu with {vendor.name}'s coverage (HAL_EMU_OPS)" if vendor is not None else "emu"
-        LOGGER.warning("%s: %s is not native on %s; %s (fallback, counted in the report)", site, op, where, how)
+        LOGGER.warning("%s: %s is not native on %s; %s (fallback, counted in the report)", site, op, device, how)
 
-    set_notice(notice)
+    backend.on_op_fallback(notice)
 
 
 def _install_fallback():
@@ -97,7 +93,8 @@ def run_script(path: str, argv: Sequence[str] = ()) -> dict:
     script would have had (0; the ``SystemExit`` code; 1 for an exception; 130 for Ctrl-C),
     ``error`` (type, message, the user's ``file:line``, the traceback from the script's first
     frame on) when it raised, every redirection and every call that was not redirected
-    with the user's line that made it, (on the emulator) the ops that fell back, and the
+    with the user's line that made it, the ops that fell back on the device (``fallbacks``:
+    :meth:`hal.plugin.backend.Backend.fallback_report`, empty where the device counts none), and the
     decompositions :mod:`hal.fallback` installed before the script ran and used
     (``fallback_decompositions``: op, count).
     Processes the script spawns with multiprocessing run under the shim too.
@@ -120,8 +117,7 @@ def run_script(path: str, argv: Sequence[str] = ()) -> dict:
     try:
         with enable(cand.backend) as t:
             _children.install(t, path)
-            if cand.spec.device_type == "emu":
-                _announce_fallbacks(t.log.echo)
+            _announce_fallbacks(cand.backend, t.log.echo)
             fallback_install = _install_fallback()
             from hal.util import exit as _exit
             _exit.register()  # collective / autograd threads must not outlive the interpreter's GIL
@@ -137,10 +133,7 @@ def run_script(path: str, argv: Sequence[str] = ()) -> dict:
                 exit_code, error = 1, _error(exc, path)
     finally:
         sys.argv, sys.path[:] = old_argv, old_path
-    fallbacks = []
-    if cand.spec.device_type == "emu":
-        from hal.emu import fallback_report
-        fallbacks = fallback_report()
+    fallbacks = cand.backend.fallback_report()
     from hal import fallback as _fallback
     decompositions = _fallback.report()
     return {

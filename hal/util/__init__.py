@@ -2,5 +2,6 @@
 
 ``io`` (crash-safe writes, JSONL) · ``term`` (terminal output: JSON, colour only on a terminal,
 tables, progress bars) · ``exit`` (a clean interpreter exit beside torch's native threads) ·
-``moved`` (old import paths kept for one release).
+``moved`` (old import paths kept for one release) · ``own_ops`` (calls hal makes for itself, never
+counted as the user's).
 """

@@ -95,3 +95,12 @@ def user_stacklevel(depth: int = 1) -> int:
             break
         f, level = f.f_back, level + 1
     return level
+
+
+def torch_context() -> str:
+    """Where an op with no caller's frame on the stack comes from: the backward node torch's
+    autograd engine is running (``"backward of MseLossBackward0"``), else torch's own code."""
+    import torch
+
+    node = torch._C._current_autograd_node() if hasattr(torch._C, "_current_autograd_node") else None
+    return f"backward of {node.name()}" if node is not None else "torch's own code"

@@ -139,7 +139,7 @@ def main(argv=None) -> int:
         raise SystemExit("op_coverage trace: the emulated accelerator did not load; run "
                          "HAL_BACKEND=emu hal doctor to see why")
     from hal.util.io import atomic_write
-    from hal.emu._trace import DeviceOpTrace
+    from hal.emu import DeviceOpTrace
 
     from op_coverage.torch.trace import make_trace
 
@@ -184,8 +184,8 @@ def main(argv=None) -> int:
                 error = f"{err['type']}: {err['message']} ({err.get('where')})"
                 sys.stderr.write(err["traceback"])
         else:
-            from hal.emu._dispatch import set_notice
-            set_notice(lambda op, route, where: None)  # the trace is the report
+            from hal.emu import set_fallback_notice
+            set_fallback_notice(lambda op, route, where: None)  # the trace is the report
             (_run_factory if a.kind == "factory" else _run_export)(a.target, "emu")
     except StepsReached:
         stopped_by = "steps"

@@ -6,7 +6,7 @@ through the ``hal run`` shim, so CUDA-written scripts work; an ``nn.Module`` fac
 ``.pt2`` file for one forward — and the emulator records every aten op that reaches the
 device, as a vendor kernel would receive it (after autograd and CompositeImplicitAutograd):
 overload name, dtypes, count, phase and the first ``file:line`` of the user's code that led
-to it (see :mod:`hal.emu._trace`).  The run happens in a fresh child process (the emulator is
+to it (see :class:`hal.emu.DeviceOpTrace`).  The run happens in a fresh child process (the emulator is
 selected before torch is touched); a trace never holds tensor data.
 
 Trace file: schema ``op_coverage.torch_trace/1``
@@ -142,7 +142,7 @@ def check(data) -> Optional[str]:
 
 def make_trace(rows: List[dict], source: dict, steps: int, seconds: float, stopped_by: str,
                torch_version: str, exit_code: int = 0, error: Optional[str] = None) -> dict:
-    """The trace dict for rows of :meth:`hal.emu._trace.DeviceOpTrace.rows` (ops never called
+    """The trace dict for rows of :meth:`hal.emu.DeviceOpTrace.rows` (ops never called
     at the top level are kept: they ran inside another device op)."""
     return {
         "schema": SCHEMA, "torch_version": torch_version.split("+")[0], "torch_build": torch_version,

@@ -1,8 +1,11 @@
 // The Python module of the emulated accelerator (hal_emu_C): what hal.emu needs from C++.
 #include <torch/csrc/Generator.h>
 #include <torch/csrc/Storage.h>
+#include <torch/csrc/autograd/python_variable.h>
 #include <torch/csrc/jit/python/pybind_utils.h>
 #include <torch/extension.h>
+
+#include <algorithm>
 
 #include "emu.h"
 
@@ -43,9 +46,45 @@ void set_fallback_observer(py::object fn) {
   hal_emu::set_fallback_observer(python_callback(std::move(fn), "hal.emu fallback observer"));
 }
 
+// A Python number where the schema wants a Tensor, as a wrapped number (what torch's own argument
+// parser makes of it): a boxed kernel's arguments reach Python with wrapped numbers as numbers.
+py::object wrapped_if_number(const py::handle& obj, const c10::Argument& arg) {
+  auto type = arg.type();
+  if (auto opt = type->cast<c10::OptionalType>()) type = opt->getElementType();
+  if (type->kind() != c10::TypeKind::TensorType || THPVariable_Check(obj.ptr())) {
+    return py::reinterpret_borrow<py::object>(obj);
+  }
+  c10::Scalar value;
+  if (PyBool_Check(obj.ptr())) {
+    value = c10::Scalar(obj.cast<bool>());
+  } else if (PyLong_Check(obj.ptr())) {
+    value = c10::Scalar(obj.cast<int64_t>());
+  } else if (PyFloat_Check(obj.ptr())) {
+    value = c10::Scalar(obj.cast<double>());
+  } else if (PyComplex_Check(obj.ptr())) {
+    value = c10::Scalar(c10::complex<double>(PyComplex_RealAsDouble(obj.ptr()), PyComplex_ImagAsDouble(obj.ptr())));
+  } else {
+    return py::reinterpret_borrow<py::object>(obj);
+  }
+  at::Tensor t = at::scalar_to_tensor(value);
+  t.unsafeGetTensorImpl()->set_wrapped_number(true);
+  return py::cast(t);
+}
+
 py::object run_host(const std::string& name, const std::string& overload, py::args args, py::kwargs kwargs) {
   auto op = c10::Dispatcher::singleton().findSchemaOrThrow(name.c_str(), overload.c_str());
-  torch::jit::Stack stack = torch::jit::createStackForSchema(op.schema(), args, kwargs, std::nullopt);
+  const auto& schema_args = op.schema().arguments();
+  py::list positional;
+  for (size_t i = 0; i < args.size(); ++i) {
+    positional.append(i < schema_args.size() ? wrapped_if_number(args[i], schema_args[i]) : args[i]);
+  }
+  py::kwargs named;
+  for (auto item : kwargs) {
+    auto key = item.first.cast<std::string>();
+    auto it = std::find_if(schema_args.begin(), schema_args.end(), [&](const c10::Argument& a) { return a.name() == key; });
+    named[item.first] = it != schema_args.end() ? wrapped_if_number(item.second, *it) : item.second;
+  }
+  torch::jit::Stack stack = torch::jit::createStackForSchema(op.schema(), py::tuple(positional), named, std::nullopt);
   {
     py::gil_scoped_release no_gil;
     hal_emu::host_call(op, &stack, /*count=*/true);
@@ -96,8 +135,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("memory_stats", &memory_stats, "allocator statistics of one device, in torch.cuda's keys");
   m.def("reset_peak", [](int index) { hal_emu::reset_peak(static_cast<c10::DeviceIndex>(index)); });
   m.def("default_generators", &default_generators, "the default torch.Generator of each device");
-  m.def("set_native_ops", &hal_emu::set_native_ops, py::arg("packets"), py::arg("all") = false);
-  m.def("claim_ops", &hal_emu::claim_ops, "route these aten ops through the router instead of torch's composites");
+  m.def("set_kernels", &hal_emu::set_kernels, py::arg("native"), py::arg("counted"),
+        "make the router the kernel of these aten ops: native ones uncounted, counted ones as host fallbacks");
   m.def("host_counts", &hal_emu::host_counts, "(op, count) of every op computed as a host fallback");
   m.def("reset_host_counts", &hal_emu::reset_host_counts);
   m.def("set_fallback_observer", &set_fallback_observer, "called with an op name on its first host fallback");

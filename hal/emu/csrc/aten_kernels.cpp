@@ -1,12 +1,12 @@
 // Kernels of the emulated accelerator.
 //
-// Allocation, views, copies and resizes are the device's own kernels.  Every other op that
-// reaches PrivateUse1 goes through the router: its emu arguments become CPU tensors over the
-// same bytes (no copy), torch's CPU kernel runs, and results become emu tensors again (no
-// copy).  Ops of the native set run uncounted; any other op reaching the router is a host
-// fallback (the Python side registers decompositions for the ops torch can decompose, so
-// those never get here).  A few ops torch selects only for non-CPU devices have no CPU
-// kernel; they are written here as compositions.
+// Allocation, views, copies and resizes are the device's own kernels.  The ops of the native
+// set get the router as their kernel (set_kernels, called from Python with the native set):
+// its emu arguments become CPU tensors over the same bytes (no copy), torch's CPU kernel runs,
+// and results become emu tensors again (no copy).  Every other op reaches the device's one
+// boxed fallback, which is Python's (hal/emu/_dispatch.py): it raises, decomposes, or runs the
+// op on the host through host_call, counted.  A few ops torch selects only for non-CPU devices
+// have no CPU kernel; they are written here as compositions.
 #include "emu.h"
 
 #include <ATen/EmptyTensor.h>
@@ -85,19 +85,12 @@ struct OpInfo {
   bool mixed_ok = false;            // may mix emu tensors with host tensors of any shape
   std::vector<size_t> generators;   // positions of Generator? arguments
   std::vector<size_t> written;      // positions of arguments the op writes to
-  uint64_t version = 0;             // of the native set ``native`` was computed against
-  bool native = false;
   std::atomic<int64_t> count{0};
   std::atomic<bool> reported{false};
 };
 
 std::shared_mutex g_ops_mutex;
 std::unordered_map<const c10::FunctionSchema*, std::unique_ptr<OpInfo>> g_ops;
-
-std::mutex g_native_mutex;
-std::unordered_set<std::string> g_native;
-bool g_all_native = false;
-std::atomic<uint64_t> g_native_version{1};
 
 std::mutex g_observer_mutex;
 std::function<void(const std::string&)> g_observer;
@@ -112,13 +105,6 @@ const std::unordered_set<std::string> kMixedOk = {
     "aten::_local_scalar_dense", "aten::_pack_padded_sequence", "aten::_pad_packed_sequence",
     "aten::embedding_bag", "aten::_embedding_bag", "aten::_embedding_bag_forward_only",
 };
-
-bool is_native_packet(const std::string& packet) {
-  std::lock_guard<std::mutex> lock(g_native_mutex);
-  if (g_all_native) return true;
-  if (g_native.count(packet)) return true;
-  return packet.size() > 1 && packet.back() == '_' && g_native.count(packet.substr(0, packet.size() - 1));
-}
 
 OpInfo& info_for(const c10::OperatorHandle& op) {
   const c10::FunctionSchema* key = &op.schema();
@@ -146,11 +132,6 @@ OpInfo& info_for(const c10::OperatorHandle& op) {
     auto& slot = g_ops[key];
     if (!slot) slot = std::move(fresh);
     info = slot.get();
-  }
-  uint64_t version = g_native_version.load();
-  if (info->version != version) {
-    info->native = is_native_packet(info->packet);
-    info->version = version;
   }
   return *info;
 }
@@ -305,7 +286,13 @@ struct Call {
   }
 };
 
-void route(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+// the kernel of a native op: torch's CPU kernel on the same bytes
+void route_native(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  host_call(op, stack, /*count=*/false);
+}
+
+// the kernel of an op outside the native set that the host route claims from torch's composites
+void route_counted(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   host_call(op, stack, /*count=*/true);
 }
 
@@ -333,7 +320,7 @@ void host_call(const c10::OperatorHandle& op, torch::jit::Stack* stack, bool cou
     }
   }
   if (!info.has_cpu_kernel) no_route(info);
-  if (count && !info.native && tls_counting) {
+  if (count && tls_counting) {
     info.count.fetch_add(1);
     report_first(info);
   }
@@ -358,24 +345,20 @@ void host_call(const c10::OperatorHandle& op, torch::jit::Stack* stack, bool cou
 }
 
 namespace {
-std::mutex g_claim_mutex;
-std::unique_ptr<torch::Library> g_claimed;
+std::mutex g_kernels_mutex;
+std::unique_ptr<torch::Library> g_kernels;
 }  // namespace
 
-void claim_ops(const std::vector<std::string>& names) {
-  std::lock_guard<std::mutex> lock(g_claim_mutex);
-  g_claimed.reset();  // deregisters the previous claims
-  if (names.empty()) return;
-  g_claimed = std::make_unique<torch::Library>(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1,
+void set_kernels(const std::vector<std::string>& native, const std::vector<std::string>& counted) {
+  std::lock_guard<std::mutex> lock(g_kernels_mutex);
+  g_kernels.reset();  // deregisters the previous set
+  if (native.empty() && counted.empty()) return;
+  g_kernels = std::make_unique<torch::Library>(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1,
                                                __FILE__, __LINE__);
-  for (const auto& name : names) g_claimed->impl(name.c_str(), torch::CppFunction::makeFromBoxedFunction<&route>());
-}
-
-void set_native_ops(const std::vector<std::string>& packets, bool all) {
-  std::lock_guard<std::mutex> lock(g_native_mutex);
-  g_native = std::unordered_set<std::string>(packets.begin(), packets.end());
-  g_all_native = all;
-  g_native_version.fetch_add(1);
+  for (const auto& name : native)
+    g_kernels->impl(name.c_str(), torch::CppFunction::makeFromBoxedFunction<&route_native>());
+  for (const auto& name : counted)
+    g_kernels->impl(name.c_str(), torch::CppFunction::makeFromBoxedFunction<&route_counted>());
 }
 
 std::vector<std::pair<std::string, int64_t>> host_counts() {
@@ -811,10 +794,6 @@ TORCH_LIBRARY_IMPL(aten, Conjugate, m) {
 TORCH_LIBRARY_IMPL(aten, Negative, m) {
   m.impl("_copy_from", torch::CppFunction::makeFallthrough());
   m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
-}
-
-TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
-  m.fallback(torch::CppFunction::makeFromBoxedFunction<&route>());
 }
 
 }  // namespace hal_emu
