@@ -5,7 +5,7 @@ extensions register theirs (allocator, device guard with ``HAL_EMU_DEVICES`` dev
 streams, events, generators, hooks, autocast), so the non-CUDA path — device renaming,
 the device module, RNG, serialization, pinned memory, an out-of-tree c10d backend, op
 fallbacks — runs on a machine without accelerators.  It is the reference a vendor plugin
-author copies, and hal's core treats it as any vendor's plugin (``backends/emu.py``)::
+author copies, and hal's core treats it as any vendor's plugin (``backends/emu/``)::
 
     HAL_BACKEND=emu python train.py     # hal.device() is torch.device("emu", 0)
 
@@ -14,7 +14,7 @@ author copies, and hal's core treats it as any vendor's plugin (``backends/emu.p
     hal.fallback_report()               # ops that ran outside the native op set
 
 How an op runs (``docs/emulator.md``, "How ops run"): an op of the native set
-(``hal/data/emu_profile.json``; with ``HAL_EMU_OPS=<torch profile>`` the emulated vendor's) has an
+(``hal/emu/native_ops.json``; with ``HAL_EMU_OPS=<torch profile>`` the emulated vendor's) has an
 explicit ``PrivateUse1`` kernel, torch's CPU kernel on the same bytes.  Every other op that reaches
 the device goes to its one boxed fallback, which does what the device does for an op it lacks: the
 emulated vendor's error, else a counted host run (``HAL_EMU_FALLBACK=host``, the default) or
@@ -38,7 +38,7 @@ its torch integration at the op level (ATen)
 ``csrc/aten_kernels.cpp``       the device's own kernels (allocation, views, copies, dropout,
                                 convolution, recurrent cells, SyncBatchNorm) and the router
 ``csrc/aten_autocast.cpp``      ``AutocastPrivateUse1`` with CUDA's cast lists
-``_profile.py``                 the native set (``hal/data/emu_profile.json``)
+``_profile.py``                 the native set (``hal/emu/native_ops.json``)
 ``_dispatch.py``                the native set's kernels, the boxed fallback, the fallback report
 ``_vendor.py``                  ``HAL_EMU_OPS``: a vendor's coverage
 ``csrc/aten_trace.cpp``,        the op trace: every op that reaches the device
@@ -48,7 +48,7 @@ its torch integration at the op level (ATen)
 ``csrc/emu.h``                  interface between the files of ``csrc/``
 hal's side
 ``_backend.py``                 ``EmuBackend``: the Backend facets (fallback report, own ops, ...)
-``backends/emu.py``             the plugin: spec, probe, load, ``hal_c10d_backend``,
+``backends/emu/``             the plugin: spec, probe, load, ``hal_c10d_backend``,
                                 ``hal_torch_op_profile``
 ==============================  =================================================================
 

@@ -2,7 +2,7 @@
 
 This is the op story of ``docs/emulator.md`` ("How ops run"), in code:
 
-1. **native kernels**: every aten op of the native set (``hal/data/emu_profile.json``, a packet
+1. **native kernels**: every aten op of the native set (``hal/emu/native_ops.json``, a packet
    covering its overloads and in-place forms; with ``HAL_EMU_OPS`` the emulated vendor's native
    set, see :mod:`hal.emu._vendor`) that reaches the device gets an explicit ``PrivateUse1``
    kernel: the C++ router, which runs torch's CPU kernel on the same bytes.  On the host route

@@ -1,4 +1,4 @@
-"""The emulator's native op set, read from ``hal/data/emu_profile.json``."""
+"""The emulator's native op set, read from ``hal/emu/native_ops.json``."""
 from __future__ import annotations
 
 import json
@@ -10,7 +10,7 @@ from typing import FrozenSet
 @lru_cache(maxsize=None)
 def profile() -> dict:
     """The profile file as a dict (schema ``hal.emu_profile/1``)."""
-    text = resources.files("hal").joinpath("data/emu_profile.json").read_text(encoding="utf-8")
+    text = resources.files("hal.emu").joinpath("native_ops.json").read_text(encoding="utf-8")
     return json.loads(text)
 
 

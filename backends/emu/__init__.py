@@ -53,13 +53,13 @@ def hal_c10d_backend(spec):
 @hookimpl
 def hal_torch_op_profile(spec):
     """The emulated vendor's profile under ``HAL_EMU_OPS``, else the one
-    ``HAL_BACKEND=emu hal probe --out hal/data/emu_op_profile.json`` wrote."""
+    ``HAL_BACKEND=emu hal probe --out backends/emu/observed-ops.json`` wrote."""
     if spec.name != _plugin.spec.name:
         return None
-    import json
+    import copy
     import os
-    from importlib import resources
     if os.environ.get("HAL_EMU_OPS", "").strip():
         import hal.emu
         return hal.emu.emulated_profile().data
-    return json.loads(resources.files("hal").joinpath("data/emu_op_profile.json").read_text(encoding="utf-8"))
+    from hal.plugin.facts import read_builtin_json
+    return copy.deepcopy(read_builtin_json("backends/emu/observed-ops.json"))
