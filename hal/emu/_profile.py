@@ -9,7 +9,7 @@ from typing import FrozenSet
 
 @lru_cache(maxsize=None)
 def profile() -> dict:
-    """The profile file as a dict (schema ``hal.emu_profile/1``)."""
+    """The native op set file as a dict (schema ``hal.emu_native_ops/1``)."""
     text = resources.files("hal.emu").joinpath("native_ops.json").read_text(encoding="utf-8")
     return json.loads(text)
 
