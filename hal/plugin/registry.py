@@ -25,7 +25,6 @@ import os
 import threading
 import traceback
 from dataclasses import dataclass
-from difflib import get_close_matches
 from typing import Iterator, List, Optional, Tuple
 
 import pluggy
@@ -191,6 +190,7 @@ class Registry:
         known = sorted(n for n, caller in vars(self.pm.hook).items() if caller.has_spec())
         said = []
         for hook in unknown:
+            from difflib import get_close_matches  # only for a plugin that misspells a hook
             close = get_close_matches(hook, known, n=1)
             said.append(f"{hook}" + (f" (did you mean {close[0]}?)" if close else ""))
         it = "it" if len(said) == 1 else "them"
