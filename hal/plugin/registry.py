@@ -188,9 +188,9 @@ class Registry:
 
     def _unknown_hooks(self, unknown: List[str]) -> str:
         known = sorted(n for n, caller in vars(self.pm.hook).items() if caller.has_spec())
+        from difflib import get_close_matches  # only for a plugin that misspells a hook
         said = []
         for hook in unknown:
-            from difflib import get_close_matches  # only for a plugin that misspells a hook
             close = get_close_matches(hook, known, n=1)
             said.append(f"{hook}" + (f" (did you mean {close[0]}?)" if close else ""))
         it = "it" if len(said) == 1 else "them"
