@@ -8,6 +8,7 @@ is what marks it (schema ``hal/data/backend.schema.json``)::
         backend.json           spec, vendor markers, fused kernels, version matrices
         onnx.profile.json      the ONNX profile of the device's toolchain (an op_coverage target)
         torch-2.13.json        a torch op profile, one per torch version
+        observed-ops.json      what ``hal probe --out`` observed on the device (the emulator ships one)
 
 A plugin that declares several backends (``cuda_compatible``) has one such folder per
 backend beneath its own (``backends/cuda_compatible/metax/``).  Nothing here lists the

@@ -14,7 +14,7 @@ from hal.plugin.spec import builtin_spec
 ROOT = Path(__file__).resolve().parents[2]
 BACKENDS = ROOT / "backends"
 #: the data files a backend's folder may hold (anything else is a typo or a fact in the wrong place)
-KINDS = ("backend.json", "onnx.profile.json", "torch-*.json")
+KINDS = ("backend.json", "onnx.profile.json", "torch-*.json", "observed-ops.json")
 
 
 def test_every_backend_json_validates_against_its_schema():
