@@ -1,4 +1,4 @@
-"""The Backend classes of the built-in plugins that differ from :class:`hal.backend.Backend`.
+"""The Backend classes of the built-in plugins that differ from :class:`hal.plugin.backend.Backend`.
 
 Imported when a plugin loads its backend, never when the plugin is registered: these
 classes import torch, and registering plugins (``hal list``, plugin op profiles for
@@ -10,9 +10,8 @@ import platform
 
 import torch
 
-from hal import __version__
 from hal._errors import NotSupported
-from hal.backend import Backend, DeviceProperties, host_memory_bytes
+from hal.plugin.backend import Backend, DeviceProperties, host_memory_bytes
 
 
 class CPUBackend(Backend):
@@ -31,6 +30,10 @@ class CPUBackend(Backend):
 
     def device_name(self, index=None):
         return _cpu_model() or platform.processor() or platform.machine()
+
+    def processes_share_devices(self):
+        """The host: every process may use it."""
+        return True
 
     def device_properties(self, index=None):
         """The host: its model name, physical memory, its cores; no compute capability (0, 0)."""
@@ -108,12 +111,3 @@ class CUDABackend(Backend):
         v = int(fn())  # e.g. 12040 -> 12.4 (the CUDA version the driver supports)
         return f"{v // 1000}.{(v % 1000) // 10}"
 
-
-class EmuBackend(Backend):
-    def runtime_version(self):
-        return f"hal-emu {__version__}"
-
-    def supported_dtypes(self):
-        from hal.emu import uncounted
-        with uncounted():  # hal's own check, never part of the user's fallback report
-            return super().supported_dtypes()

@@ -3,7 +3,7 @@
 1. emulation tax: one training step (forward, backward, AdamW) on the emulated device
    ``emu`` / the same step on the CPU with raw torch;
 2. hal overhead: the same CPU step written with hal (``hal.device()``, ``hal.autocast``-free,
-   ``hal.synchronize()``) and under ``hal.transfer.enable()`` / raw torch on the CPU.
+   ``hal.synchronize()``) and under ``hal.redirect.enable()`` / raw torch on the CPU.
 
 Usage: python bench/bench_emulator.py [--steps 30] [--repeats 5] [--json]
 The figure reported for each variant is the median over repeats of the mean step time.
@@ -21,8 +21,8 @@ import torch
 
 import hal
 import hal.emu
-import hal.transfer
-from hal.registry import Registry
+import hal.redirect
+from hal.plugin.registry import Registry
 
 
 def make_model():
@@ -69,7 +69,7 @@ def main():
     p.add_argument("--json", action="store_true")
     args = p.parse_args()
     warnings.simplefilter("ignore")
-    logging.getLogger("hal.transfer").setLevel(logging.ERROR)
+    logging.getLogger("hal.redirect").setLevel(logging.ERROR)
     torch.set_num_threads(1)
     g = torch.Generator().manual_seed(1)
     x, y = torch.randn(args.batch, 256, generator=g), torch.randint(0, 10, (args.batch,), generator=g)
@@ -85,21 +85,21 @@ def main():
         "hal_cpu": step_fn(copy.deepcopy(base).to(dev), x.to(dev), y.to(dev), cpu_backend.synchronize),
         "emu": step_fn(copy.deepcopy(base).to(edev), x.to(edev), y.to(edev), emu_backend.synchronize),
     }
-    shim = lambda: hal.transfer.enable(cpu_backend)  # noqa: E731 - on only while its variant runs
+    shim = lambda: hal.redirect.enable(cpu_backend)  # noqa: E731 - on only while its variant runs
     with shim():
-        variants["hal_transfer_cpu"] = step_fn(copy.deepcopy(base).cuda(), x.cuda(), y.cuda(),
+        variants["hal_redirect_cpu"] = step_fn(copy.deepcopy(base).cuda(), x.cuda(), y.cuda(),
                                                torch.cuda.synchronize)
-    t = timed_all(variants, args.steps, args.repeats, {"hal_transfer_cpu": shim})
-    raw, hal_cpu, shim, emu = t["raw_cpu"], t["hal_cpu"], t["hal_transfer_cpu"], t["emu"]
-    fell = hal.fallback_report()
+    t = timed_all(variants, args.steps, args.repeats, {"hal_redirect_cpu": shim})
+    raw, hal_cpu, shim, emu = t["raw_cpu"], t["hal_cpu"], t["hal_redirect_cpu"], t["emu"]
+    fell = emu_backend.fallback_report()  # the emulator is not hal's selected backend here
 
     res = {
         "baseline": "raw torch on the CPU, same model and step, same process",
         "threads": torch.get_num_threads(), "batch": args.batch, "steps": args.steps, "repeats": args.repeats,
-        "step_ms": {"raw_cpu": raw * 1e3, "hal_cpu": hal_cpu * 1e3, "hal_transfer_cpu": shim * 1e3,
+        "step_ms": {"raw_cpu": raw * 1e3, "hal_cpu": hal_cpu * 1e3, "hal_redirect_cpu": shim * 1e3,
                     "emu": emu * 1e3},
         "ratio": {"emu_vs_raw_cpu": emu / raw, "hal_cpu_vs_raw_cpu": hal_cpu / raw,
-                  "hal_transfer_cpu_vs_raw_cpu": shim / raw},
+                  "hal_redirect_cpu_vs_raw_cpu": shim / raw},
         "emu_fallback_ops": [f"{r['op']} ({r['route']})" for r in fell],
     }
     if args.json:
@@ -111,7 +111,7 @@ def main():
         print(f"  {k:18s} {v:8.3f} ms/step")
     print(f"emulation tax      emu / raw cpu          = {res['ratio']['emu_vs_raw_cpu']:.2f}x")
     print(f"hal overhead       hal cpu / raw cpu      = {res['ratio']['hal_cpu_vs_raw_cpu']:.3f}x")
-    print(f"transfer overhead  hal run cpu / raw cpu  = {res['ratio']['hal_transfer_cpu_vs_raw_cpu']:.3f}x")
+    print(f"redirect overhead  hal run cpu / raw cpu  = {res['ratio']['hal_redirect_cpu_vs_raw_cpu']:.3f}x")
     print("ops that fell back on emu: " + ", ".join(res["emu_fallback_ops"]))
 
 

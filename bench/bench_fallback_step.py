@@ -44,8 +44,7 @@ warnings.simplefilter("ignore")
 sys.path.insert(0, os.path.join(ROOT, "tests", "torch_zoo"))
 import hal.emu, hal.fallback
 hal.emu.install()
-from hal.emu import _dispatch as emu
-from op_coverage.torch_plan import resolve
+from hal.op_support.torch_plan import resolve
 from models import ARCHITECTURES
 cfg, arch, steps, warmup = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 if cfg in ("decomp", "host_copy"):
@@ -53,7 +52,6 @@ if cfg in ("decomp", "host_copy"):
     if cfg == "host_copy":  # the same ops, as CPU round trips instead of decompositions
         ops = list(rep.installed)
         hal.fallback.uninstall()
-        emu.release_vendor_ops({"aten::" + o for o in ops})
         lib = torch.library.Library("aten", "IMPL")
         for o in ops:
             try:

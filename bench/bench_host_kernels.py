@@ -273,7 +273,7 @@ def main(argv=None):
                      speedup_vs_torch_fused=t_fused / t_hal, gbps=nbytes / t_hal / 1e9,
                      copy_gbps=nbytes / t_copy / 1e9, fraction_of_copy=t_copy / t_hal))
     if args.json:
-        from hal._io import atomic_write
+        from hal.util.io import atomic_write
         atomic_write(args.json, json.dumps({"env": env, "copy_gbps": bw / 1e9, "clone_gbps": bw_clone / 1e9,
                                             "rows": rows}, indent=1))
     return 0

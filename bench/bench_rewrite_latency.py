@@ -6,7 +6,7 @@ Cases:
     approximation: 40 nodes per GELU); bert-erf: the same target with Erf;
   * mobilenetv3: torchvision's MobileNetV3-small layout (tests/op_coverage/zoo_torch.py),
     opset 18, rewritten for musa (HardSwish and HardSigmoid through their ONNX bodies).
-Each case is rewritten twice, with op_coverage.fold (the default) and without it.
+Each case is rewritten twice, with op_coverage.plan.fold (the default) and without it.
 
 Both sessions use one intra-op and one inter-op thread. Runs alternate between the
 original and the rewritten session (original first on even runs, rewritten first on odd
@@ -58,7 +58,7 @@ def optimized_ops(path, tmp: Path) -> tuple[int, dict]:
 
 
 def ratios(orig, new, feeds, runs, repeats) -> list[tuple]:
-    from op_coverage.quant_measure import interleaved
+    from op_coverage.quantize.measure import interleaved
 
     return interleaved(session(orig), session(new), feeds, runs, repeats, warmup=5)
 

@@ -8,7 +8,7 @@
 
    Prints the median wall time of each, the ratio trace / plain run, and its spread.
 
-2. Scan: ``op_coverage.torch_scan.scan_trace`` of each trace against ascend, mlu, musa, xpu, mps
+2. Scan: ``op_coverage.torch.scan.scan_trace`` of each trace against ascend, mlu, musa, xpu, mps
    and gcu, in process, median over repeats (milliseconds; the first call, which loads the op
    lists and the planner's cache, reported apart), and the whole ``op_coverage scan ops.json``
    command in a fresh process.
@@ -70,8 +70,8 @@ def main(argv=None):
           f"(spread {min(ratios):.2f}-{max(ratios):.2f})")
 
     sys.path.insert(0, ROOT)
-    from op_coverage.torch_scan import scan_trace
-    from op_coverage.torch_trace import load
+    from op_coverage.torch.scan import scan_trace
+    from op_coverage.torch.trace import load
     print(f"scan of a trace against {', '.join(TARGETS)} (in process, plans included)")
     for name, path in traces.items():
         trace = load(path)

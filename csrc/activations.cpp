@@ -16,8 +16,7 @@ void swiglu_fwd(py::array x, py::array y) {
     if (cols % 2) throw std::invalid_argument("swiglu: the last dim of x is " + std::to_string(cols) +
                                               "; it must be even ([gate | up] halves)");
     const int64_t n = cols / 2;
-    check_output(y, dt, op, "out");
-    check_shape(y, {rows, n}, op, "out");
+    checked(y, Use::Out, dt, {rows, n}, op, "out");
     const HostKernels& k = host_kernels();
     py::gil_scoped_release nogil;
     k.swiglu_fwd(dt, x.data(), y.mutable_data(), rows, n);
@@ -31,10 +30,8 @@ void swiglu_bwd(py::array dy, py::array x, py::array dx) {
     const int64_t rows = x.shape(0), cols = x.shape(1);
     if (cols % 2) throw std::invalid_argument("swiglu_backward: the last dim of x must be even");
     const int64_t n = cols / 2;
-    check_input(dy, dt, op, "grad");
-    check_shape(dy, {rows, n}, op, "grad");
-    check_output(dx, dt, op, "grad_x");
-    check_shape(dx, {rows, cols}, op, "grad_x");
+    checked(dy, Use::In, dt, {rows, n}, op, "grad");
+    checked(dx, Use::Out, dt, {rows, cols}, op, "grad_x");
     const HostKernels& k = host_kernels();
     py::gil_scoped_release nogil;
     k.swiglu_bwd(dt, dy.data(), x.data(), dx.mutable_data(), rows, n);

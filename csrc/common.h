@@ -16,6 +16,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <initializer_list>
 #include <limits>
 #include <algorithm>
 #include <stdexcept>
@@ -107,6 +108,27 @@ inline void check_f32(const py::array& a, const char* op, const char* name, bool
     if (dtype_of(a, op, name) != DType::F32)
         throw py::type_error(std::string(op) + ": " + name + " must be float32");
     if (writable) check_writable(a, op, name);
+}
+
+// How a kernel uses one of its buffers.
+enum class Use {
+    In,      // read, in the kernel's dtype (that of x)
+    Out,     // written, in the kernel's dtype
+    F32Out,  // written, float32 whatever the kernel's dtype (weight and bias gradients)
+};
+
+// One buffer of a kernel, checked and returned: C-contiguous, of the dtype `use` asks for (dt,
+// the kernel's, or float32), writable when written, and of shape `shape`.  The errors are those
+// of check_input / check_output / check_f32 and then check_shape, in that order.
+inline const py::array& checked(const py::array& a, Use use, DType dt, std::initializer_list<int64_t> shape,
+                                const char* op, const char* name) {
+    switch (use) {
+        case Use::In: check_input(a, dt, op, name); break;
+        case Use::Out: check_output(a, dt, op, name); break;
+        case Use::F32Out: check_f32(a, op, name, true); break;
+    }
+    check_shape(a, shape, op, name);
+    return a;
 }
 
 template <class T>

@@ -44,10 +44,8 @@ void rms_norm_fwd(py::array x, py::array w, py::array y, double eps) {
     check_rows(x, op);
     const DType dt = dtype_of(x, op, "x");
     const int64_t rows = x.shape(0), cols = x.shape(1);
-    check_input(w, dt, op, "weight");
-    check_shape(w, {cols}, op, "weight");
-    check_output(y, dt, op, "out");
-    check_shape(y, {rows, cols}, op, "out");
+    checked(w, Use::In, dt, {cols}, op, "weight");
+    checked(y, Use::Out, dt, {rows, cols}, op, "out");
     dispatch(dt, [&](auto tag) {
         using T = decltype(tag);
         const T* xp = cptr<T>(x);
@@ -71,14 +69,10 @@ void add_rms_norm_fwd(py::array x, py::array residual, py::array w, py::array y,
     check_rows(x, op);
     const DType dt = dtype_of(x, op, "x");
     const int64_t rows = x.shape(0), cols = x.shape(1);
-    check_input(residual, dt, op, "residual");
-    check_shape(residual, {rows, cols}, op, "residual");
-    check_input(w, dt, op, "weight");
-    check_shape(w, {cols}, op, "weight");
-    check_output(y, dt, op, "out");
-    check_shape(y, {rows, cols}, op, "out");
-    check_output(h_out, dt, op, "residual_out");
-    check_shape(h_out, {rows, cols}, op, "residual_out");
+    checked(residual, Use::In, dt, {rows, cols}, op, "residual");
+    checked(w, Use::In, dt, {cols}, op, "weight");
+    checked(y, Use::Out, dt, {rows, cols}, op, "out");
+    checked(h_out, Use::Out, dt, {rows, cols}, op, "residual_out");
     dispatch(dt, [&](auto tag) {
         using T = decltype(tag);
         const T* xp = cptr<T>(x);
@@ -107,14 +101,10 @@ void rms_norm_bwd(py::array dy, py::array x, py::array w, py::array dx, py::arra
     check_rows(x, op);
     const DType dt = dtype_of(x, op, "x");
     const int64_t rows = x.shape(0), cols = x.shape(1);
-    check_input(dy, dt, op, "grad");
-    check_shape(dy, {rows, cols}, op, "grad");
-    check_input(w, dt, op, "weight");
-    check_shape(w, {cols}, op, "weight");
-    check_output(dx, dt, op, "grad_x");
-    check_shape(dx, {rows, cols}, op, "grad_x");
-    check_f32(dw, op, "grad_weight", true);
-    check_shape(dw, {cols}, op, "grad_weight");
+    checked(dy, Use::In, dt, {rows, cols}, op, "grad");
+    checked(w, Use::In, dt, {cols}, op, "weight");
+    checked(dx, Use::Out, dt, {rows, cols}, op, "grad_x");
+    checked(dw, Use::F32Out, dt, {cols}, op, "grad_weight");
     dispatch(dt, [&](auto tag) {
         using T = decltype(tag);
         const T* dyp = cptr<T>(dy);
@@ -158,10 +148,8 @@ void layer_norm_fwd(py::array x, py::object residual, py::array w, py::object b,
     check_rows(x, op);
     const DType dt = dtype_of(x, op, "x");
     const int64_t rows = x.shape(0), cols = x.shape(1);
-    check_input(w, dt, op, "weight");
-    check_shape(w, {cols}, op, "weight");
-    check_output(y, dt, op, "out");
-    check_shape(y, {rows, cols}, op, "out");
+    checked(w, Use::In, dt, {cols}, op, "weight");
+    checked(y, Use::Out, dt, {rows, cols}, op, "out");
     const bool has_res = !residual.is_none(), has_b = !b.is_none();
     if (has_res != !h_out.is_none())
         throw std::invalid_argument("layer_norm: residual and residual_out must be given together");
@@ -169,15 +157,12 @@ void layer_norm_fwd(py::array x, py::object residual, py::array w, py::object b,
     if (has_res) {
         res = residual.cast<py::array>();
         hb = h_out.cast<py::array>();
-        check_input(res, dt, op, "residual");
-        check_shape(res, {rows, cols}, op, "residual");
-        check_output(hb, dt, op, "residual_out");
-        check_shape(hb, {rows, cols}, op, "residual_out");
+        checked(res, Use::In, dt, {rows, cols}, op, "residual");
+        checked(hb, Use::Out, dt, {rows, cols}, op, "residual_out");
     }
     if (has_b) {
         bb = b.cast<py::array>();
-        check_input(bb, dt, op, "bias");
-        check_shape(bb, {cols}, op, "bias");
+        checked(bb, Use::In, dt, {cols}, op, "bias");
     }
     dispatch(dt, [&](auto tag) {
         using T = decltype(tag);
@@ -231,25 +216,19 @@ void layer_norm_bwd(py::array dy, py::object dh_extra, py::array h, py::array w,
     check_rows(h, op);
     const DType dt = dtype_of(h, op, "x");
     const int64_t rows = h.shape(0), cols = h.shape(1);
-    check_input(dy, dt, op, "grad");
-    check_shape(dy, {rows, cols}, op, "grad");
-    check_input(w, dt, op, "weight");
-    check_shape(w, {cols}, op, "weight");
-    check_output(dh, dt, op, "grad_x");
-    check_shape(dh, {rows, cols}, op, "grad_x");
-    check_f32(dw, op, "grad_weight", true);
-    check_shape(dw, {cols}, op, "grad_weight");
+    checked(dy, Use::In, dt, {rows, cols}, op, "grad");
+    checked(w, Use::In, dt, {cols}, op, "weight");
+    checked(dh, Use::Out, dt, {rows, cols}, op, "grad_x");
+    checked(dw, Use::F32Out, dt, {cols}, op, "grad_weight");
     const bool has_extra = !dh_extra.is_none(), has_db = !db.is_none();
     py::array ex, dbb;
     if (has_extra) {
         ex = dh_extra.cast<py::array>();
-        check_input(ex, dt, op, "grad_residual_out");
-        check_shape(ex, {rows, cols}, op, "grad_residual_out");
+        checked(ex, Use::In, dt, {rows, cols}, op, "grad_residual_out");
     }
     if (has_db) {
         dbb = db.cast<py::array>();
-        check_f32(dbb, op, "grad_bias", true);
-        check_shape(dbb, {cols}, op, "grad_bias");
+        checked(dbb, Use::F32Out, dt, {cols}, op, "grad_bias");
     }
     dispatch(dt, [&](auto tag) {
         using T = decltype(tag);

@@ -26,8 +26,7 @@ void rotary_fwd(py::array x, py::array cos, py::array sin, py::array y, int64_t 
     if (pos_div < 1 || pos_mod < 1)
         throw std::invalid_argument("rotary_embedding: pos_div and pos_mod must be >= 1");
     if (sign != 1 && sign != -1) throw std::invalid_argument("rotary_embedding: sign must be 1 or -1");
-    check_output(y, dt, op, "out");
-    check_shape(y, {rows, dim}, op, "out");
+    checked(y, Use::Out, dt, {rows, dim}, op, "out");
     dispatch(dt, [&](auto tag) {
         using T = decltype(tag);
         const T* xp = cptr<T>(x);

@@ -16,8 +16,7 @@ void softmax_fwd(py::array x, py::object mask, py::array y, double scale, bool c
     check_ndim(x, 2, op, "x");
     const DType dt = dtype_of(x, op, "x");
     const int64_t rows = x.shape(0), cols = x.shape(1);
-    check_output(y, dt, op, "out");
-    check_shape(y, {rows, cols}, op, "out");
+    checked(y, Use::Out, dt, {rows, cols}, op, "out");
     if (causal && q_len < 1) throw std::invalid_argument("softmax: causal needs q_len >= 1");
     int mask_kind = 0;  // 0 none, 1 bool, 2 additive float32
     py::array mk;
@@ -56,10 +55,8 @@ void softmax_bwd(py::array dy, py::array y, py::array dx, double scale) {
     check_ndim(y, 2, op, "out");
     const DType dt = dtype_of(y, op, "out");
     const int64_t rows = y.shape(0), cols = y.shape(1);
-    check_input(dy, dt, op, "grad");
-    check_shape(dy, {rows, cols}, op, "grad");
-    check_output(dx, dt, op, "grad_x");
-    check_shape(dx, {rows, cols}, op, "grad_x");
+    checked(dy, Use::In, dt, {rows, cols}, op, "grad");
+    checked(dx, Use::Out, dt, {rows, cols}, op, "grad_x");
     const float sc = static_cast<float>(scale);
     const HostKernels& k = host_kernels();
     py::gil_scoped_release nogil;

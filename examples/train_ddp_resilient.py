@@ -138,7 +138,7 @@ def main(argv=None) -> int:
             epoch += 1
     if rank == 0:
         from safetensors.torch import save
-        from hal._io import atomic_write
+        from hal.util.io import atomic_write
         atomic_write(out / "final.safetensors",
                      save({k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}))
         print(f"done: {args.steps} steps, final weights in {out / 'final.safetensors'}")

@@ -96,7 +96,7 @@ def main(argv=None) -> int:
     saver.close()
     metrics.close()
     from safetensors.torch import save as st_save
-    from hal._io import atomic_write
+    from hal.util.io import atomic_write
     atomic_write(out / "final.safetensors",
                  st_save({k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}))
     print(f"train_tiny: done at step {step}, last loss {loss.item():.6f}", flush=True)

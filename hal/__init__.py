@@ -7,9 +7,8 @@ and loaded on first use (``hal.device()``, ``hal list``)::
     dev = hal.device()            # the best available device, or the CPU with a reason
     print(hal.backend_name(), hal.device_count())
 """
-__version__ = "0.1.0"
+from hal._version import __version__  # noqa: E402,F401
 
-import sys  # noqa: E402
 from hal._errors import BackendUnavailable, HalError, NoDevice, NotSupported
 from hal.device import (Event, Stream, autocast, backend_name, current_backend, current_device,
                         current_stream, device, device_count, device_type, empty_cache,
@@ -18,8 +17,12 @@ from hal.device import (Event, Stream, autocast, backend_name, current_backend, 
                         memory_stats, pin_memory, reset_peak_memory_stats, set_device,
                         set_rng_state, stream, supported_dtypes, synchronize, versions)
 from hal.plugin import hookimpl, hookspec
-from hal.registry import get_registry, reset_registry
-from hal.spec import BackendSpec, ProbeResult, Status
+from hal.plugin.registry import get_registry, reset_registry
+from hal.plugin.spec import BackendSpec, ProbeResult, Status
+from hal.util.moved import HAL_MOVED as _HAL_MOVED
+from hal.util.moved import install as _install_moved
+
+_install_moved(_HAL_MOVED)
 
 
 def native_available() -> bool:
@@ -32,24 +35,23 @@ def native_available() -> bool:
 
 
 def fallback_report():
-    """Ops that ran outside the emulated device's native op set: ``op``, ``route``, ``count``,
-    and the decompositions :mod:`hal.fallback` ran (``by: "hal.fallback"``).
-
-    Empty until the emulator (``HAL_BACKEND=emu``) has run an op it lacks; see
-    :func:`hal.emu.fallback_report`.
+    """The ops of this process that ran outside the native kernels of the selected backend's device
+    (:meth:`hal.plugin.backend.Backend.fallback_report`: ``op``, ``route``, ``count``; empty on a
+    device that does not count them; the emulator, ``HAL_BACKEND=emu``, does), then the
+    decompositions :mod:`hal.fallback` ran (``by: "hal.fallback"``).
     """
     from hal import fallback as _fallback
-    rows = _fallback.report()  # hal.fallback's decompositions (any PrivateUse1 device)
-    if "hal.emu._dispatch" in sys.modules:  # the emulator ran: its own fallbacks first
-        from hal.emu import fallback_report as _report
-        rows = _report() + rows
-    return rows
+    try:
+        rows = current_backend().fallback_report()
+    except BackendUnavailable:  # no backend to ask: only hal.fallback's own
+        rows = []
+    return rows + _fallback.report()
 
 
 def __getattr__(name):
-    # ``hal.checkpoint``, ``hal.metrics``, ``hal.transfer``, ``hal.conformance``, ``hal.emu``,
+    # ``hal.checkpoint``, ``hal.metrics``, ``hal.redirect``, ``hal.conformance``, ``hal.emu``,
     # ``hal.dist`` and ``hal.doctor`` after a bare ``import hal``, imported on first use
-    if name in ("checkpoint", "metrics", "transfer", "conformance", "emu", "dist", "doctor", "fallback"):
+    if name in ("checkpoint", "metrics", "redirect", "transfer", "conformance", "emu", "dist", "doctor", "fallback"):
         import importlib
         return importlib.import_module(f"hal.{name}")
     raise AttributeError(f"module 'hal' has no attribute {name!r}")

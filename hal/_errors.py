@@ -26,5 +26,28 @@ class BackendUnavailable(HalError):
     """The backend asked for (``HAL_BACKEND`` or ``select(name)``) cannot be used."""
 
 
+class PluginBlockRefused(HalError):
+    """``HAL_BLOCK_PLUGINS`` names an essential plugin (the ``cpu`` one), which cannot be blocked."""
+
+
 class NoDevice(HalError):
     """Raised by a backend's load step when its module imports but no device is visible."""
+
+
+class TorchProfileError(HalError):
+    """A torch op profile that cannot be used.  ``exit_code`` and ``kind`` are what
+    ``op_coverage`` reports for it (as for its own input errors)."""
+
+    exit_code = 15
+    kind = "bad-profile"
+
+
+class BadTorchProfile(TorchProfileError):
+    """A torch profile file or plugin dict that is not valid (the message names the field and the fix)."""
+
+
+class UnknownTorchTarget(TorchProfileError):
+    """A torch target name that no profile has (the message lists the known ones)."""
+
+    exit_code = 16
+    kind = "unknown-target"

@@ -8,18 +8,18 @@ Drop-in for the ``torch.cuda.*`` calls training code makes::
         loss = model(x)
     hal.synchronize()
 
-Every call goes to :func:`hal.registry.selected_backend`; a feature the device lacks
+Every call goes to :func:`hal.plugin.registry.selected_backend`; a feature the device lacks
 raises :class:`hal.NotSupported`.
 """
 from __future__ import annotations
 
 from typing import Optional
 
-from hal.registry import get_registry, selected_backend
+from hal.plugin.registry import get_registry, selected_backend
 
 
 def current_backend():
-    """The selected :class:`hal.backend.Backend` (``HAL_BACKEND`` or the best available)."""
+    """The selected :class:`hal.plugin.backend.Backend` (``HAL_BACKEND`` or the best available)."""
     return selected_backend()
 
 

@@ -2,24 +2,24 @@
 
 On a backend whose device is torch's ``PrivateUse1`` device (every domestic vendor plugin, and the
 emulator), :func:`install` registers, for each aten op the backend's torch profile judges *missing*,
-torch's aten-level decomposition (``torch._decomp``, the same table :mod:`op_coverage.torch_plan`
+torch's aten-level decomposition (``torch._decomp``, the same table :mod:`hal.op_support.torch_plan`
 plans with) as the op's ``PrivateUse1`` kernel.  Its pieces dispatch again: to the vendor's kernels,
 or to another installed decomposition (that is the recursion the plan predicts).  Each use is
-counted (:func:`report`, also in :func:`hal.fallback_report`) and announced once.
+counted (:func:`report`, also in :func:`hal.fallback_report`) and announced once; hal's own ops
+(:meth:`hal.plugin.backend.Backend.own_ops`) are not counted.
 
-* A kernel the vendor registered is never overridden (``torch._C._dispatch_has_kernel_for_dispatch_key``).
-  On the emulator with ``HAL_EMU_OPS``, the raising / counted-host kernels that emulate the vendor's
-  missing ops are not the device's: install replaces them (and :func:`uninstall` restores them).
+* A kernel the device registered is never overridden (``torch._C._dispatch_has_kernel_for_dispatch_key``):
+  only ops that would reach the device's boxed fallback (or nothing) get a decomposition.
 * Ops with a composite kernel in this torch never reach the device and are left alone.
 * When a decomposition does not cover a call (it declines, raises or re-enters itself), the call
-  goes where it would have gone without hal.fallback: on the emulator, the emulated vendor's
-  behaviour (its error, or the host); on a real device, a CPU round trip (inputs copied to the host,
-  torch's CPU kernel, results copied back).
+  goes where it would have gone without hal.fallback: the device's own fallback for the op when the
+  backend names one (:meth:`hal.plugin.backend.Backend.op_fallback`: the emulator's error or host
+  run), else a CPU round trip (inputs copied to the host, torch's CPU kernel, results copied back).
 * ``HAL_FALLBACK=0`` turns it off (:func:`install` then installs nothing and says so).
 
 The profile: ``install(profile=...)`` (a name, alias or ``TorchProfile``), else ``HAL_FALLBACK_PROFILE``,
-else on the emulator the ``HAL_EMU_OPS`` profile, else the selected backend plugin's
-``hal_torch_op_profile`` when it returns the ``op_coverage.torch_profile/1`` format.
+else the selected backend plugin's ``hal_torch_op_profile`` when it returns the
+``op_coverage.torch_profile/1`` format (the emulator's returns the ``HAL_EMU_OPS`` profile when set).
 """
 from __future__ import annotations
 
@@ -31,7 +31,8 @@ from typing import List, Optional
 
 import torch
 
-from hal._decompose import Uses, decomposition_kernel
+from hal.op_support.decompose import Uses, decomposition_kernel
+from hal.util import own_ops
 
 ENV = "HAL_FALLBACK"
 ENV_PROFILE = "HAL_FALLBACK_PROFILE"
@@ -53,7 +54,7 @@ class InstallReport:
     profile: Optional[str] = None
     installed: List[str] = field(default_factory=list)          # ops with a decomposition kernel now
     vendor_kernel: List[str] = field(default_factory=list)      # missing per the profile, but the vendor has a kernel
-    replaced_emulated: List[str] = field(default_factory=list)  # HAL_EMU_OPS kernels replaced (emulator only)
+    replaced_emulated: List[str] = field(default_factory=list)  # installed where the device's own fallback ran (Backend.op_fallback)
     without_decomposition: int = 0                              # missing ops torch cannot decompose
     seconds: float = 0.0
 
@@ -68,31 +69,25 @@ _last: Optional[InstallReport] = None
 
 
 def _announce(op: str) -> None:
-    try:
-        from hal.emu._dispatch import caller_frame
-        where = caller_frame()
-    except Exception:  # noqa: BLE001
-        where = ("<hal.fallback>", 0)
+    from hal.util.frames import user_frame
+    f = user_frame(2)
+    where = (f.f_code.co_filename, f.f_lineno) if f is not None else ("<hal.fallback>", 0)
     warnings.warn_explicit(f"hal.fallback: {op} is missing on this device; ran torch's decomposition "
                            f"(counted in hal.fallback.report())", DecompositionWarning, where[0], where[1])
 
 
 def _counting() -> bool:
-    try:
-        from hal.emu._dispatch import _tls as emu_tls
-    except Exception:  # noqa: BLE001
-        return True
-    return not getattr(emu_tls, "uncounted", False)
+    return not own_ops.inside()
 
 
 def _selected():
-    from hal.registry import get_registry
+    from hal.plugin.registry import get_registry
     return get_registry().selected()
 
 
-def _resolve_profile(profile, on_emu: bool):
+def _resolve_profile(profile):
     """``(TorchProfile or None, where it came from)``."""
-    from op_coverage.torch_profiles import TorchProfile, alias_map, load_torch_profiles, profile_from_plugin
+    from hal.op_support.torch_profile import TorchProfile, alias_map, load_torch_profiles, profile_from_plugin
     if isinstance(profile, TorchProfile):
         return profile, "argument"
     name = profile or os.environ.get(ENV_PROFILE, "").strip() or None
@@ -104,17 +99,11 @@ def _resolve_profile(profile, on_emu: bool):
             raise HalError(f"hal.fallback: torch profile {name!r} is not known; choose one of "
                            f"{', '.join(sorted(amap))}")
         return profiles[amap[name]], "argument" if profile else ENV_PROFILE
-    if on_emu:
-        from hal.emu._dispatch import vendor_profile
-        p = vendor_profile()
-        if p is not None:
-            return p, "HAL_EMU_OPS"
     try:
-        from hal.registry import get_registry
+        from hal.plugin.registry import get_registry
         reg = get_registry()
         cand = reg.selected()
-        plugin = reg.pm.get_plugin(cand.plugin)
-        for data in reg.plugin_call(plugin, "hal_torch_op_profile", spec=cand.spec):
+        for data in reg.call_selected("hal_torch_op_profile"):
             if isinstance(data, dict) and data.get("schema") == "op_coverage.torch_profile/1":
                 return profile_from_plugin(f"{cand.plugin}:{cand.spec.name}", data), "plugin"
     except Exception:  # noqa: BLE001 - a broken plugin must not break the run
@@ -173,27 +162,20 @@ def install(profile=None) -> InstallReport:
     except Exception as e:  # noqa: BLE001
         _last = InstallReport(False, f"no hal backend selected ({e})")
         return _last
-    if device_type == "emu":
-        import hal.emu
-        hal.emu.install()
     pu1 = torch._C._get_privateuse1_backend_name()
     if device_type != pu1:
         _last = InstallReport(False, f"the {backend} backend's device {device_type!r} is not torch's PrivateUse1 "
                                      f"device ({pu1!r}); hal.fallback serves PrivateUse1 devices only",
                               backend, device_type)
         return _last
-    on_emu = device_type == "emu"
-    prof, source = _resolve_profile(profile, on_emu)
+    prof, source = _resolve_profile(profile)
     if prof is None:
         _last = InstallReport(False, f"no torch profile for the {backend} backend: pass install(profile=NAME), set "
-                                     f"{ENV_PROFILE}=NAME" + (", or HAL_EMU_OPS=NAME on the emulator" if on_emu else "")
-                                     + " (op_coverage targets lists the names)", backend, device_type)
+                                     f"{ENV_PROFILE}=NAME, or ship one from the plugin (hal_torch_op_profile) "
+                                     f"(op_coverage targets lists the names)", backend, device_type)
         return _last
-    from op_coverage.torch_plan import decomposition_for, resolve
-    emulated: set = set()
-    if on_emu:
-        from hal.emu import _dispatch as emu
-        emulated = emu.vendor_python_ops()  # the emulation's kernels, not the device's
+    from hal.op_support.torch_plan import decomposition_for, resolve
+    device = cand.backend
     with _lock:
         uninstall()
         rep = InstallReport(True, f"profile {prof.name} (from {source})", backend, device_type, prof.name)
@@ -206,55 +188,46 @@ def install(profile=None) -> InstallReport:
             if v.status != "missing":
                 continue
             has = lambda key: torch._C._dispatch_has_kernel_for_dispatch_key(qualified, key)  # noqa: E731
-            if any(has(k) for k in _COMPOSITE_KEYS) and qualified not in emulated:
+            if any(has(k) for k in _COMPOSITE_KEYS):
                 continue
             fn = decomposition_for(name)
             if fn is None:
                 rep.without_decomposition += 1
                 continue
-            if has("PrivateUse1") and qualified not in emulated:
+            if has("PrivateUse1"):
                 rep.vendor_kernel.append(name)
                 continue
             func = resolve(name)
             if func is None:
                 continue
             plan.append((qualified, name, func, fn))
-        if on_emu:
-            from hal.emu import _dispatch as emu
-            rep.replaced_emulated = sorted(n for q, n, _, _ in plan if q in emulated)
-            emu.release_vendor_ops({q for q, _, _, _ in plan if q in emulated})
         lib = torch.library.Library("aten", "IMPL")
         for qualified, name, func, fn in plan:
-            if on_emu:
-                from hal.emu._dispatch import vendor_otherwise
-                otherwise = vendor_otherwise(qualified)
-            else:
-                otherwise = _host_round_trip(func)
+            own = device.op_fallback(func) if device is not None else None
+            otherwise = own if own is not None else _host_round_trip(func)
             kernel = decomposition_kernel(func, fn, qualified, otherwise, _uses, _announce, _counting)
             try:
                 lib.impl(name, kernel, "PrivateUse1")
             except RuntimeError:
                 continue
             rep.installed.append(name)
+            if own is not None:
+                rep.replaced_emulated.append(name)
         _lib = lib
         rep.installed.sort()
         rep.vendor_kernel.sort()
+        rep.replaced_emulated.sort()
         rep.seconds = round(time.monotonic() - start, 3)
         _last = rep
         return rep
 
 
 def uninstall() -> None:
-    """Remove the decomposition kernels (and, on the emulator, restore the ``HAL_EMU_OPS`` kernels)."""
+    """Remove the decomposition kernels: the ops go to the device's own fallback again."""
     global _lib
     if _lib is not None:
         _lib._destroy()
         _lib = None
-        try:
-            from hal.emu import _dispatch as emu
-            emu.release_vendor_ops(())
-        except Exception:  # noqa: BLE001
-            pass
 
 
 def installed() -> Optional[InstallReport]:

@@ -9,12 +9,14 @@ Library API (the CLI is a thin layer over it)::
     op_coverage.render(report, "md")
     op_coverage.list_targets()    # profiles and their provenance
 """
-__version__ = "0.1.0"
+from op_coverage._version import __version__  # noqa: E402,F401
+from op_coverage._moved import install_moved as _install_moved  # noqa: E402
+from op_coverage.errors import ScanError  # noqa: E402
+from op_coverage.report import render  # noqa: E402
+from op_coverage.scan import scan  # noqa: E402
+from op_coverage.targets.catalog import load_targets  # noqa: E402
 
-from .errors import ScanError  # noqa: E402
-from .report import render  # noqa: E402
-from .scan import scan  # noqa: E402
-from .targets import load_targets  # noqa: E402
+_install_moved()
 
 
 def list_targets(profile_files=None, kinds=("onnx", "torch"), use_plugins: bool = True,
@@ -24,7 +26,7 @@ def list_targets(profile_files=None, kinds=("onnx", "torch"), use_plugins: bool 
     What ``op_coverage targets`` prints.  ``profile_files`` may mix ONNX and torch profiles (told
     apart by their ``schema`` field); ``profile_kind`` says where a profile comes from.
     """
-    from .targets import split_profile_files
+    from op_coverage.targets.catalog import split_profile_files
 
     onnx_files, torch_files = split_profile_files(profile_files)
     out = []
@@ -44,9 +46,9 @@ def list_targets(profile_files=None, kinds=("onnx", "torch"), use_plugins: bool 
         if problems is not None:
             problems += ts.problems
     if "torch" in kinds:
-        from .torch_profiles import load_torch_profiles
+        from hal.op_support.torch_profile import load_torch_profiles
 
-        from .torch_profiles import version_key
+        from hal.op_support.torch_profile import version_key
 
         tps = load_torch_profiles(torch_files, use_plugins=use_plugins, problems=problems).values()
         out += [p.summary() for p in sorted(tps, key=lambda p: (p.vendor, version_key(p.torch_version), p.name))]

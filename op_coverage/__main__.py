@@ -1,6 +1,6 @@
 """``python -m op_coverage`` is the ``op_coverage`` command."""
 import sys
 
-from .cli import main
+from op_coverage.cli import main
 
 sys.exit(main())

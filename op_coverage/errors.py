@@ -4,6 +4,8 @@ Every message names the thing, the reason and the fix, on one line.
 """
 from __future__ import annotations
 
+from hal._errors import TorchProfileError
+
 
 class ScanError(Exception):
     """Base class: a model or a profile that cannot be scanned. ``exit_code`` is documented."""
@@ -120,3 +122,8 @@ class NothingQuantized(ScanError):
 
     exit_code = 7
     kind = "nothing-quantized"
+
+
+#: what the CLI reports as bad input, with the error's ``exit_code``: op_coverage's own errors and
+#: hal's torch-profile errors (torch profiles are a run-time concept, read by :mod:`hal.op_support`)
+INPUT_ERRORS = (ScanError, TorchProfileError)

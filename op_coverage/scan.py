@@ -3,19 +3,22 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
 
-from . import __version__
-from .errors import ModelNotFound, ScanError
-from .inventory import Inventory, build_inventory
-from .load import LoadedModel, load_for_scan
-from .profile import RANK, SupportProfile, Verdict
-from .report.model import ModelReport, OpRow, Report, TargetSummary, merge_verdicts
-from .targets import TargetSet, load_targets
+from op_coverage._version import __version__
+from op_coverage.errors import ModelNotFound, ScanError
+from op_coverage.onnx.inventory import Inventory, build_inventory
+from op_coverage.onnx.load import LoadedModel, load_for_scan
+from op_coverage.targets.profile import RANK, SupportProfile, Verdict
+from op_coverage.report.model import ModelReport, OpRow, Report, TargetSummary, merge_verdicts
+from op_coverage.targets.catalog import TargetSet, load_targets
+
+if TYPE_CHECKING:
+    import onnx
 
 
 def _progress(iterable, total: int, desc: str, enabled: bool | None):
-    from hal.cli._term import progress
+    from hal.util.term import progress
 
     return progress(iterable, desc, "model" if desc == "scan" else "op", enabled=enabled, total=total)
 
@@ -112,7 +115,6 @@ def scan_model(loaded: LoadedModel, profiles: list[SupportProfile]) -> ModelRepo
         summaries.append(s)
 
     if any(v.get("status") not in (None, "native") for r in rows.values() for v in r.support.values()):
-        from .plan import fill_replacements  # the planner (rules, onnx.helper, numpy) only when needed
         fill_replacements(loaded.model, rows, profiles)
 
     def badness(r: OpRow):
@@ -152,7 +154,7 @@ def scan(path: str | os.PathLike, targets: Iterable[str] | str = ("all",), *,
 
     :param path: a ``.onnx`` file or a folder.
     :param targets: target names or aliases (``"ascend"``, ``["ort-cuda", "tensorrt"]``,
-        ``"all"``); see :func:`op_coverage.targets.load_targets`.
+        ``"all"``); see :func:`op_coverage.targets.catalog.load_targets`.
     :param profiles: extra profile JSON files (``--profile``).
     :param progress: show a tqdm bar; ``None`` means only when stderr is a terminal.
     :returns: a :class:`~op_coverage.report.Report`; load failures of a single file raise
@@ -175,3 +177,32 @@ def scan(path: str | os.PathLike, targets: Iterable[str] | str = ("all",), *,
             continue
         report.models.append(scan_model(loaded, chosen))
     return report
+
+
+def fill_replacements(model: onnx.ModelProto, rows: dict, profiles: list) -> None:
+    """Set ``row.replacement`` for every op type some target does not run natively.
+
+    ``replacement`` maps target name -> the plan summary of the op type's first node there
+    (``{"status": "replaceable", "via": [...], "leaves": [...], ...}`` or
+    ``{"status": "blocked", "blocked_by": [...], "reasons": [...]}``).  Planning never fails a
+    scan: an unexpected error is recorded as ``{"status": "error", "reason": ...}``.
+    """
+    from op_coverage.plan.apply import rewrite_model  # the planner (rules, onnx.helper, numpy) only when needed
+    for p in profiles:
+        todo = [r for r in rows.values() if r.support.get(p.name, {}).get("status") not in (None, "native")]
+        if not todo:
+            continue
+        try:
+            res = rewrite_model(model, p)
+            found = {**res.plans, **res.blocked}
+        except Exception as e:  # noqa: BLE001 - the scan report must survive a planner bug
+            found = {}
+            err = {"status": "error", "reason": f"{type(e).__name__}: {e}"[:300]}
+        else:
+            err = None
+        for r in todo:
+            plan = found.get(r.label) or err
+            if plan is None:
+                continue
+            r.replacement = dict(r.replacement or {})
+            r.replacement[p.name] = plan

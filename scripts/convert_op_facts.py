@@ -1,7 +1,11 @@
 """Convert the published operator-support tables into op_coverage profile files.
 
-Usage: python scripts/convert_op_facts.py [FACTS_DIR] [OUT_DIR]
-(defaults: /work/shared/op-support-facts, op_coverage/data)
+Usage: python scripts/convert_op_facts.py [FACTS_DIR] [OUT_ROOT]
+(defaults: /work/shared/op-support-facts, this repository)
+
+A runtime's profile is written to OUT_ROOT/op_coverage/data/<name>.profile.json; the profile of a
+hal backend's device (``home`` below) to that backend's folder, OUT_ROOT/<home>/onnx.profile.json,
+beside the backend's other facts (docs/plugins.md).
 
 Each input file cites its source (repo, path, commit).  The output keeps that citation, maps
 the source's vocabulary onto ``native | host-fallback | unsupported`` and records every
@@ -15,7 +19,7 @@ import sys
 from pathlib import Path
 
 FACTS = Path(sys.argv[1]) if len(sys.argv) > 1 else Path("/work/shared/op-support-facts")
-OUT = Path(sys.argv[2]) if len(sys.argv) > 2 else Path(__file__).resolve().parent.parent / "op_coverage" / "data"
+OUT = Path(sys.argv[2]) if len(sys.argv) > 2 else Path(__file__).resolve().parent.parent
 
 ORT_FALLBACK = {"status": "unsupported", "reason": "has no kernel registered for this EP"}
 
@@ -36,7 +40,7 @@ TARGETS = {
                      unlisted={"status": "unsupported", "reason": "is not listed in onnx-tensorrt operators.md"},
                      uncertain=["The source gives no per-op opsets, only opset 9-20 for the whole parser.",
                                 "Version 10.1-GA; newer TensorRT releases may import more ops."]),
-    "ascend": dict(file="ascend-atc.json", aliases=["ascend-atc", "cann", "npu"], opset_kind="model-opset",
+    "ascend": dict(file="ascend-atc.json", home="backends/ascend", aliases=["ascend-atc", "cann", "npu"], opset_kind="model-opset",
                    opset_range=[8, 18],
                    unlisted={"status": "unsupported", "reason": "has no mapping in msit's ONNX-to-CANN map (ATC cannot parse it)"},
                    uncertain=["A mapping means ATC's parser accepts the op; whether the CANN op exists for a given SoC "
@@ -51,7 +55,7 @@ TARGETS = {
                      unlisted={"status": "unsupported", "reason": "is not in the MIGraphX ONNX operator table"},
                      uncertain=["The source's type lists are copied from the ONNX spec; real dtype support may differ.",
                                 "Contrib-op domains (com.microsoft) were inferred by the table's compiler."]),
-    "musa": dict(file="ort-musa.json", aliases=["ort-musa", "moore-threads", "mthreads"], opset_kind="op-version",
+    "musa": dict(file="ort-musa.json", home="backends/musa", aliases=["ort-musa", "moore-threads", "mthreads"], opset_kind="op-version",
                  unlisted={"status": "unsupported", "reason": "has no MUSA kernel registered"}, fallback="ort-cpu",
                  drop={("ai.onnx", "Clip_6")},
                  uncertain=["Community onnxruntime fork, not a Moore Threads release.",
@@ -128,14 +132,22 @@ def dump(profile: dict) -> str:
     return f'{lines},\n "entries": [\n{body}\n ]\n}}\n'
 
 
+def destination(name: str, spec: dict) -> Path:
+    """Where a target's profile goes: its hal backend's folder, or op_coverage/data for a runtime."""
+    if spec.get("home"):
+        return OUT / spec["home"] / "onnx.profile.json"
+    return OUT / "op_coverage" / "data" / f"{name}.profile.json"
+
+
 def main() -> None:
-    OUT.mkdir(parents=True, exist_ok=True)
     for name, spec in TARGETS.items():
         profile = convert(name, spec)
         text = dump(profile)
         json.loads(text)
-        (OUT / f"{name}.profile.json").write_text(text, encoding="utf-8")
-        print(f"{name:10} {len(profile['entries']):4} entries  <- {spec['file']}")
+        out = destination(name, spec)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text, encoding="utf-8")
+        print(f"{name:10} {len(profile['entries']):4} entries  <- {spec['file']}  -> {out}")
 
 
 if __name__ == "__main__":

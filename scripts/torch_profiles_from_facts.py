@@ -1,12 +1,15 @@
 """Convert the torch op facts into op_coverage torch profiles (package data).
 
-Usage: python scripts/torch_profiles_from_facts.py [FACTS_DIR] [OUT_DIR] [--check]
-(defaults: /work/shared/torch-op-facts, op_coverage/data/torch)
+Usage: python scripts/torch_profiles_from_facts.py [FACTS_DIR] [OUT_ROOT] [--check]
+(defaults: /work/shared/torch-op-facts, this repository)
 
 Each facts file lists, with its source (repo, ref, commit), the aten ops one vendor's PyTorch
 plugin registers.  This script writes one ``op_coverage.torch_profile/1`` file per vendor and
 torch version, one ``op_coverage.torch_composite/1`` table per torch version and the table of
-CUDA-only ops judged at their parent op.  Every judgement call made here (names, aliases, what a
+CUDA-only ops judged at their parent op.  A vendor's profile goes to its hal backend's folder
+(``home`` below: OUT_ROOT/backends/ascend/torch-2.13.json for ascend-2.13, the name's suffix after the
+vendor naming the file), beside the backend's other facts (docs/plugins.md); torch's own tables
+(composite, CUDA-only parents) go to OUT_ROOT/hal/data/torch.  Every judgement call made here (names, aliases, what a
 missing op does, the text a vendor prints, doubts about a source) is written into the output
 (``unimplemented.source``, ``uncertain``) so a reader can check it against the facts.  The output
 is deterministic: re-run it when the facts are refreshed and review the diff.
@@ -24,7 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 ARGS = [a for a in sys.argv[1:] if not a.startswith("--")]
 FACTS = Path(ARGS[0]) if ARGS else Path("/work/shared/torch-op-facts")
-OUT = Path(ARGS[1]) if len(ARGS) > 1 else ROOT / "op_coverage" / "data" / "torch"
+OUT = Path(ARGS[1]) if len(ARGS) > 1 else ROOT
 RETRIEVED = "2026-11-30"  # the facts README: "Retrieved 2026-11-30"
 FACTS_NOTE = "torch-op-facts (project fact sheet, README 'Which aten ops each accelerator's PyTorch plugin implements')"
 
@@ -93,37 +96,37 @@ def _sw(env, value, effect, note):
 
 # -- one entry per output profile ---------------------------------------------------------------
 PROFILES = [
-    dict(name="ascend-2.7", vendor="ascend", file="ascend-torch_npu-26.1.0-pt2.7.1.json",
+    dict(name="ascend-2.7", home="backends/ascend", vendor="ascend", file="ascend-torch_npu-26.1.0-pt2.7.1.json",
          plugin={"name": "torch_npu", "version": "26.1.0"}, title="Huawei Ascend NPU, torch_npu 26.1.0 (torch 2.7.1)"),
-    dict(name="ascend-2.13", vendor="ascend", file="ascend-torch_npu-26.2.0b1-pt2.13.0.json", aliases=["ascend", "npu"],
+    dict(name="ascend-2.13", home="backends/ascend", vendor="ascend", file="ascend-torch_npu-26.2.0b1-pt2.13.0.json", aliases=["ascend", "npu"],
          plugin={"name": "torch_npu", "version": "26.2.0b1"},
          title="Huawei Ascend NPU, torch_npu 26.2.0b1 (torch 2.13.0)"),
-    dict(name="musa-2.7", vendor="musa", file="musa-torch_musa-2.7.1.json", aliases=["musa", "moore-threads"],
+    dict(name="musa-2.7", home="backends/musa", vendor="musa", file="musa-torch_musa-2.7.1.json", aliases=["musa", "moore-threads"],
          plugin={"name": "torch_musa", "version": "2.7.1"}, title="Moore Threads MUSA, torch_musa 2.7.1"),
-    dict(name="mlu-2.4", vendor="mlu", file="mlu-torch_mlu-1.25.0-pt2.4.1.json", aliases=["mlu", "cambricon"],
+    dict(name="mlu-2.4", home="backends/cambricon", vendor="mlu", file="mlu-torch_mlu-1.25.0-pt2.4.1.json", aliases=["mlu", "cambricon"],
          plugin={"name": "torch_mlu", "version": "1.25.0"}, title="Cambricon MLU, torch_mlu 1.25.0 (torch 2.4.1)"),
-    dict(name="xpu-2.13", vendor="xpu", file="xpu-torch-xpu-ops-release2.13-pt2.13.0.json",
+    dict(name="xpu-2.13", home="backends/xpu", vendor="xpu", file="xpu-torch-xpu-ops-release2.13-pt2.13.0.json",
          aliases=["xpu", "intel-gpu"],
          plugin={"name": "torch (XPU build, intel/torch-xpu-ops release/2.13)", "version": "2.13.0"},
          title="Intel GPU (XPU), PyTorch 2.13.0 with torch-xpu-ops"),
-    dict(name="mps-2.13", vendor="mps", file="pytorch-mps-2.13.0.json", aliases=["mps", "apple"],
+    dict(name="mps-2.13", home="backends/mps", vendor="mps", file="pytorch-mps-2.13.0.json", aliases=["mps", "apple"],
          plugin={"name": "torch (in-tree MPS)", "version": "2.13.0"}, title="Apple MPS, PyTorch 2.13.0"),
-    dict(name="gcu-2.10", vendor="gcu", file="gcu-torch_gcu-2.10.0-unofficial.json", aliases=["gcu", "enflame"],
+    dict(name="gcu-2.10", home="backends/enflame", vendor="gcu", file="gcu-torch_gcu-2.10.0-unofficial.json", aliases=["gcu", "enflame"],
          plugin={"name": "torch_gcu (unofficial upload)", "version": "2.10.0"},
          title="Enflame GCU, torch_gcu 2.10.0 (unofficial copy)"),
-    dict(name="biren-partial", vendor="biren", file="biren-torch_supa-partial.json", aliases=["biren", "supa"],
+    dict(name="biren-partial", home="backends/biren", vendor="biren", file="biren-torch_supa-partial.json", aliases=["biren", "supa"],
          plugin={"name": "torch_supa", "version": "unknown"}, torch_version="2.10.0", partial=True,
          title="Biren SUPA, torch_supa (PARTIAL list: SUPA rewrites only)"),
-    dict(name="metax-2.4", vendor="metax", file="metax-mcPytorch-2.4.json", aliases=["metax", "maca"],
+    dict(name="metax-2.4", home="backends/cuda_compatible/metax", vendor="metax", file="metax-mcPytorch-2.4.json", aliases=["metax", "maca"],
          plugin={"name": "mcPytorch (MetaX fork of PyTorch)", "version": "2.4.0"},
          title="MetaX MACA, mcPytorch 2.4 (PyTorch's CUDA registrations)"),
-    dict(name="cuda-2.4", vendor="cuda", file="pytorch-cuda-2.4.1.json",
+    dict(name="cuda-2.4", home="backends/cuda", vendor="cuda", file="pytorch-cuda-2.4.1.json",
          plugin={"name": "torch", "version": "2.4.1"}, title="NVIDIA CUDA, PyTorch 2.4.1 (reference)"),
-    dict(name="cuda-2.7", vendor="cuda", file="pytorch-cuda-2.7.1.json",
+    dict(name="cuda-2.7", home="backends/cuda", vendor="cuda", file="pytorch-cuda-2.7.1.json",
          plugin={"name": "torch", "version": "2.7.1"}, title="NVIDIA CUDA, PyTorch 2.7.1 (reference)"),
-    dict(name="cuda-2.10", vendor="cuda", file="pytorch-cuda-2.10.0.json",
+    dict(name="cuda-2.10", home="backends/cuda", vendor="cuda", file="pytorch-cuda-2.10.0.json",
          plugin={"name": "torch", "version": "2.10.0"}, title="NVIDIA CUDA, PyTorch 2.10.0 (reference)"),
-    dict(name="cuda-2.13", vendor="cuda", file="pytorch-cuda-2.13.0.json", aliases=["cuda", "nvidia"],
+    dict(name="cuda-2.13", home="backends/cuda", vendor="cuda", file="pytorch-cuda-2.13.0.json", aliases=["cuda", "nvidia"],
          plugin={"name": "torch", "version": "2.13.0"}, title="NVIDIA CUDA, PyTorch 2.13.0 (reference)"),
 ]
 
@@ -406,16 +409,20 @@ def check_live() -> int:
 def main() -> int:
     if "--check" in sys.argv:
         return check_live()
-    OUT.mkdir(parents=True, exist_ok=True)
     written = []
     for spec in PROFILES:
         prof = convert(spec)
-        (OUT / f"{spec['name']}.json").write_text(dump(prof), encoding="utf-8")
+        out = OUT / spec["home"] / f"torch-{spec['name'].split('-', 1)[1]}.json"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(dump(prof), encoding="utf-8")
         written.append(spec["name"])
+    tables = OUT / "hal" / "data" / "torch"
+    tables.mkdir(parents=True, exist_ok=True)
     for minor, fname in COMPOSITES.items():
-        (OUT / f"composite-{minor}.json").write_text(dump(composite(minor, fname)), encoding="utf-8")
-    (OUT / "cuda_only_parents.json").write_text(dump(parents_table()), encoding="utf-8")
-    print(f"wrote {len(written)} profiles, {len(COMPOSITES)} composite tables and cuda_only_parents.json to {OUT}")
+        (tables / f"composite-{minor}.json").write_text(dump(composite(minor, fname)), encoding="utf-8")
+    (tables / "cuda_only_parents.json").write_text(dump(parents_table()), encoding="utf-8")
+    print(f"wrote {len(written)} profiles to their backends' folders under {OUT / 'backends'}, "
+          f"{len(COMPOSITES)} composite tables and cuda_only_parents.json to {tables}")
     return 0
 
 

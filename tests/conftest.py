@@ -9,8 +9,8 @@ import pytest
 
 import hal
 from hal.emu._device import real_accelerator
-from hal.registry import Registry
-from hal.spec import Status
+from hal.plugin.registry import Registry
+from hal.plugin.spec import Status
 
 #: an available accelerator other than the emulator (cuda on a GPU machine), or None
 REAL_ACCELERATOR = real_accelerator()
@@ -69,4 +69,14 @@ def clean_registry(monkeypatch):
             monkeypatch.delenv(k, raising=False)
     hal.reset_registry()
     yield
+    hal.reset_registry()
+
+
+@pytest.fixture
+def emu_selected(monkeypatch):
+    """The emulator as hal's selected backend (HAL_BACKEND=emu) for the duration of the test, so that
+    hal.fallback_report() asks it (the selected backend's Backend.fallback_report)."""
+    monkeypatch.setenv("HAL_BACKEND", "emu")
+    hal.reset_registry()
+    yield hal.current_backend()
     hal.reset_registry()

@@ -1,10 +1,11 @@
-"""Adapters from vendor fused kernels to the argument conventions of ``hal.ops``.
+"""What the adapters from vendor fused kernels to the argument conventions of ``hal.ops`` share.
 
-One module per vendor stack; each function takes a hal op's arguments, calls the vendor
-function (imported on first call, never at import) and returns what the hal op returns.
-Inputs a vendor function cannot take raise :class:`hal.ops.KernelUnsupported`, which
-makes hal fall back.  Which backend declares which adapter is data:
-``hal/data/fused_kernels.json``.
+Each vendor's adapters are its plugin folder's ``fused.py`` (``hal_backends.ascend.fused``);
+``torch_native`` holds the kernels every torch device build registers, used by several.  An
+adapter takes a hal op's arguments, calls the vendor function (imported on first call, never
+at import) and returns what the hal op returns.  Inputs a vendor function cannot take raise
+:class:`hal.ops.KernelUnsupported`, which makes hal fall back.  Which backend declares which
+adapter is data: ``fused_kernels`` in the backend's ``backend.json``.
 """
 import importlib
 

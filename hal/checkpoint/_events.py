@@ -11,7 +11,7 @@
 A rank killed by a signal (SIGKILL, the OOM killer, a stopped rank that its launcher
 killed) cannot write anything: at resume, the ranks of the failed attempt that left no
 ``failure`` record are named as "no report".  Lines are appended with ``O_APPEND`` and
-fsynced, one ``write`` each (:func:`hal._io.append_jsonl`), so ranks writing at once never
+fsynced, one ``write`` each (:func:`hal.util.io.append_jsonl`), so ranks writing at once never
 interleave within a line.
 """
 from __future__ import annotations
@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import List, Optional
 
 from hal._errors import HalError
-from hal._io import append_jsonl
+from hal.util.io import append_jsonl
 
 log = logging.getLogger("hal.checkpoint")
 

@@ -33,7 +33,7 @@ def _tensor(entry: dict) -> torch.Tensor:
 
 
 def _backend():
-    from hal.registry import selected_backend
+    from hal.plugin.registry import selected_backend
     return selected_backend()
 
 

@@ -13,7 +13,7 @@ from typing import Dict, Optional
 
 import torch
 
-from hal._io import atomic_write, fsync_dir
+from hal.util.io import atomic_write, fsync_dir
 from hal.checkpoint import _dist, _rng
 from hal.checkpoint._errors import CheckpointError
 from hal.checkpoint._files import crash_point, write_json, write_tensors
@@ -235,7 +235,7 @@ def _commit_manifest(root: Path, step_dir: Path, snap: Snapshot, gathered) -> No
     for r, ent in enumerate(gathered):
         for name, e in ent.items():
             files[name] = dict(e, rank=r)
-    from hal import __version__
+    from hal._version import __version__
     manifest = {"schema": SCHEMA, "step": snap.step, "world_size": snap.world_size,
                 "mode": snap.mode, "created_unix": time.time(), "hal_version": __version__,
                 "torch_version": torch.__version__,

@@ -5,7 +5,7 @@ import argparse
 import json
 import sys
 
-from hal.cli._term import paint, print_json, use_color
+from hal.util.term import paint, print_json, use_color
 
 EPILOG = """\
 examples:
@@ -58,7 +58,7 @@ def add_parser(sub):
 
 
 def run(args) -> int:
-    from hal._io import atomic_write
+    from hal.util.io import atomic_write
     from hal.dist.bench import BenchConfig, format_text, parse_size
     from hal.dist.bench import run as bench_run
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 
-from hal.cli._term import paint, print_json, table, use_color
+from hal.util.term import paint, print_json, table, use_color
 
 EPILOG = """\
 examples:

@@ -5,8 +5,8 @@ import argparse
 import json
 import sys
 
-from hal._io import atomic_write
-from hal.cli._term import paint, print_json, progress, table, use_color
+from hal.util.io import atomic_write
+from hal.util.term import paint, print_json, progress, table, use_color
 
 EPILOG = """\
 examples:
@@ -47,7 +47,7 @@ def run(args) -> int:
         return 0
     name = args.backend
     if not name:
-        from hal.registry import get_registry
+        from hal.plugin.registry import get_registry
         name = get_registry().selected().name
     bar = None if args.json else (lambda it: progress(it, f"conformance {name}", "check"))
     try:

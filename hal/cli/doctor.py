@@ -8,7 +8,7 @@ import sys
 import threading
 import time
 
-from hal.cli._term import paint, print_json, use_color
+from hal.util.term import paint, print_json, use_color
 
 EPILOG = """\
 examples:
@@ -28,7 +28,7 @@ examples:
                                           throughput drops next to the patrol rounds near them
 
 checks: backends (found and why), devices (count, model), versions (driver / runtime / torch /
-vendor extension against hal/data/compat.json), data (--data paths readable), tiny_network
+vendor extension against each backend's version matrices), data (--data paths readable), tiny_network
 (forward+backward on the device vs the CPU), all_reduce_2/4/8 (local ranks; on the CPU also
 with fewer cores than ranks, oversubscribed: values judged, timings not; stragglers slower than
 2x the median), transport (RDMA or TCP, with
@@ -189,7 +189,7 @@ def run(args) -> int:
         if bar is not None:
             bar.close()
     if args.out:
-        from hal._io import append_jsonl
+        from hal.util.io import append_jsonl
         from hal.doctor.patrol import round_record
 
         append_jsonl(args.out, round_record(report, 1, started, time.time(), None))

@@ -4,8 +4,8 @@ from __future__ import annotations
 import argparse
 
 from hal._errors import NotSupported
-from hal.cli._term import print_json
-from hal.registry import get_registry
+from hal.util.term import print_json
+from hal.plugin.registry import get_registry
 
 
 def add_parser(sub):

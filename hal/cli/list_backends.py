@@ -1,10 +1,13 @@
-"""``hal list``: every backend, its status and the evidence for it."""
+"""``hal list``: every backend, its status and the evidence for it; the package behind each plugin."""
 from __future__ import annotations
 
 import argparse
+import textwrap
+from typing import List
 
-from hal.cli._term import paint, print_json, table, use_color
-from hal.registry import get_registry
+from hal.util.term import paint, print_json, table, use_color
+from hal.plugin.origin import dist_label
+from hal.plugin.registry import get_registry
 
 HELP_EPILOG = """\
 examples:
@@ -48,5 +51,19 @@ def run(args) -> int:
     for f in report["plugin_failures"]:
         status = "blocked" if f["stage"] == "blocked" else "broken"
         print(f" {f['plugin']:<12} {paint(status, _COLORS[status], color)}  plugin {f['stage']}: {f['reason']}")
-    print(f"\nselected: {report['selected']} ({report['selection_reason']})")
+    print()
+    for line in plugin_lines(report["plugins"]):
+        print(line)
+    print(f"selected: {report['selected']} ({report['selection_reason']})")
     return 0
+
+
+def plugin_lines(plugins, width: int = 80) -> List[str]:
+    """``plugins: hal 0.1.0: cpu, cuda, ...; acme-hal 1.2: acme`` (the distribution that
+    supplied each plugin, grouped), wrapped to ``width`` columns."""
+    groups: dict = {}
+    for p in plugins:
+        groups.setdefault(dist_label(p["distribution"], p["version"]), []).append(p["name"])
+    text = "; ".join(f"{label}: {', '.join(names)}" for label, names in groups.items())
+    return textwrap.wrap(text, width, initial_indent="plugins: ", subsequent_indent="  ",
+                         break_on_hyphens=False, break_long_words=False)

@@ -5,8 +5,8 @@ import argparse
 import json
 import sys
 
-from hal._io import atomic_write
-from hal.cli._term import paint, print_json, progress, table, use_color
+from hal.util.io import atomic_write
+from hal.util.term import paint, print_json, progress, table, use_color
 
 EPILOG = """\
 examples:
@@ -39,8 +39,8 @@ def add_parser(sub):
 
 
 def run(args) -> int:
-    from hal.opprobe import CASES, probe_ops
-    from hal.registry import selected_backend
+    from hal.op_support.observe import CASES, probe_ops
+    from hal.plugin.registry import selected_backend
 
     if args.list:
         print("\n".join(CASES))
@@ -77,8 +77,8 @@ def _show(args, prof: dict, results: dict, line: str) -> None:
 
 
 def _run_trace(args) -> int:
-    from hal.opprobe import load_trace, probe_trace
-    from hal.registry import selected_backend
+    from hal.op_support.observe import load_trace, probe_trace
+    from hal.plugin.registry import selected_backend
 
     if args.ops:
         print("hal probe: error: --ops and --trace exclude each other; give one of them", file=sys.stderr)

@@ -8,8 +8,8 @@ import os
 import subprocess
 import sys
 
-from hal._io import atomic_write
-from hal.cli._term import paint, print_json, use_color
+from hal.util.io import atomic_write
+from hal.util.term import paint, print_json, use_color
 
 #: set to 1 to silence the redirection lines (as --quiet does)
 QUIET_ENV = "HAL_RUN_QUIET"
@@ -39,7 +39,7 @@ the script that made it (rank 0 only); numerics are never changed.  Whatever the
 does, the summary is printed and the report written; the exit code is the script's
 (1 for an exception).  Not redirected: x.device == torch.device("cuda") (a tensor's
 device is its true device), CUDA graphs, custom CUDA kernels.  Details and the
-idiom table: docs/transfer.md.
+idiom table: docs/redirect.md.
 """
 
 
@@ -66,7 +66,7 @@ def _launch(args) -> int:
            f"--nproc-per-node={args.nproc_per_node}"]
     if args.max_restarts:
         cmd += [f"--max-restarts={args.max_restarts}", "--monitor-interval=0.5"]
-    cmd += ["-m", "hal.transfer"]
+    cmd += ["-m", "hal.redirect"]
     if args.report:
         cmd += ["--report", args.report]
     if args.quiet:
@@ -107,7 +107,7 @@ def run(args) -> int:
         return 2
     if args.nproc_per_node:
         return _launch(args)
-    log = logging.getLogger("hal.transfer")
+    log = logging.getLogger("hal.redirect")
     if _quiet(args):
         log.setLevel(logging.ERROR)
     else:
@@ -116,7 +116,7 @@ def run(args) -> int:
         log.addHandler(handler)
         log.setLevel(logging.INFO)
         log.propagate = False
-    from hal.transfer import run_script
+    from hal.redirect import run_script
 
     report = run_script(args.script, args.args)
     err = report.get("error")

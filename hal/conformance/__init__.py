@@ -55,7 +55,7 @@ def run_conformance(name: str, only: Optional[Sequence[str]] = None, skip: Seque
     :param progress: optional callable wrapping the iterable of checks (e.g. tqdm).
     :raises hal.BackendUnavailable: when ``name`` cannot be loaded here (the error says why).
     """
-    from hal.registry import Registry
+    from hal.plugin.registry import Registry
 
     ids = check_ids()
     unknown = [c for c in list(only or []) + list(skip) if c not in ids]

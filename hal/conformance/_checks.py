@@ -16,7 +16,7 @@ from typing import Callable, Dict, Optional, Tuple
 import torch
 
 from hal._errors import NotSupported
-from hal.spec import BackendSpec, ProbeResult, Status
+from hal.plugin.spec import BackendSpec, ProbeResult, Status
 
 
 class Fail(Exception):
@@ -57,7 +57,7 @@ def _optional(fn, feature: str):
 def check_metadata(ctx: Context) -> str:
     spec = ctx.spec
     assert dataclasses.is_dataclass(spec) and spec.__dataclass_params__.frozen, \
-        "spec must be a frozen hal.spec.BackendSpec"
+        "spec must be a frozen hal.plugin.spec.BackendSpec"
     missing = [f for f in ("name", "vendor", "device_type") if not getattr(spec, f)]
     if missing:
         raise Fail(f"spec fields {', '.join(missing)} are empty; set them in the plugin's BackendSpec")
@@ -73,7 +73,7 @@ def check_metadata(ctx: Context) -> str:
 def check_probe(ctx: Context) -> str:
     res = ctx.candidate.result
     if not isinstance(res, ProbeResult):
-        raise Fail(f"probe returned {type(res).__name__}, not hal.spec.ProbeResult")
+        raise Fail(f"probe returned {type(res).__name__}, not hal.plugin.spec.ProbeResult")
     if res.status is not Status.AVAILABLE:
         raise Fail(f"probe says {res.status.value}: {res.reason}")
     if not res.reason or not res.evidence:
@@ -81,7 +81,7 @@ def check_probe(ctx: Context) -> str:
     module = ctx.spec.module
     if not module:
         return "no vendor module to keep unimported"
-    code = ("import sys, hal.registry as r; reg = r.Registry(); reg.candidates(); "
+    code = ("import sys, hal.plugin.registry as r; reg = r.Registry(); reg.candidates(); "
             f"print({module!r} in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], env=ctx.env, capture_output=True, text=True,
                          timeout=120)
@@ -245,7 +245,7 @@ def check_collectives(ctx: Context) -> str:
     if not dist.is_available():
         raise Skip("this torch build has no torch.distributed")
     b = ctx.backend
-    if b.device_type not in ("cpu", "emu") and b.device_count() < 2:
+    if not b.processes_share_devices() and b.device_count() < 2:
         raise Skip(f"2 ranks of {ctx.spec.dist_backend} need 2 devices; this machine shows "
                    f"{b.device_count()} (run the kit on a machine with 2 or more)")
     env = {**ctx.env, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()), "WORLD_SIZE": "2"}
@@ -281,10 +281,9 @@ def check_collectives(ctx: Context) -> str:
 
 
 def check_op_profile(ctx: Context) -> str:
-    from hal.opprobe import probe_ops
+    from hal.op_support.observe import probe_ops
     reg, c = ctx.registry, ctx.candidate
-    plugin = reg.pm.get_plugin(c.plugin)
-    declared = [p for p in reg.plugin_call(plugin, "hal_torch_op_profile", spec=c.spec) if p]
+    declared = [p for p in reg.call_for(c, "hal_torch_op_profile") if p]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         observed = probe_ops(ctx.backend)

@@ -8,7 +8,8 @@ def main(out_path: str) -> None:
     import torch
     import torch.distributed as dist
 
-    from hal.registry import selected_backend
+    from hal.dist import register_plugin_ccl
+    from hal.plugin.registry import selected_backend
 
     b = selected_backend()
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
@@ -17,9 +18,7 @@ def main(out_path: str) -> None:
         backend = "gloo"
     else:
         backend = f"cpu:gloo,{b.device_type}:{spec.dist_backend}"
-        if b.device_type == "emu":
-            from hal.emu._ccl import register_c10d_backend
-            register_c10d_backend()
+        register_plugin_ccl()  # the path hal.dist.init takes
     if b.device_type not in ("cpu",):
         b.set_device(int(os.environ.get("LOCAL_RANK", rank)) % b.device_count())
     dev = b.device()

@@ -9,6 +9,7 @@ themselves.  ::
 * :func:`init` / :func:`backend_string` / :func:`destroy` — process group set-up
   (``"cpu:gloo,<device>:<ccl>"``, device binding from ``LOCAL_RANK``, timeouts);
 * :func:`register_c10d_backend` — safe registration of an out-of-tree collective library;
+  :func:`register_plugin_ccl` — the selected backend's, as its plugin names it (``hal_c10d_backend``);
 * checked collectives :func:`all_reduce`, :func:`all_gather`, :func:`reduce_scatter`,
   :func:`broadcast`, :func:`all_to_all`, :func:`barrier`;
 * :mod:`hal.dist.launch` starts local ranks with a hard time limit; :mod:`hal.dist.bench`
@@ -18,12 +19,12 @@ from hal.dist.checked import (all_gather, all_reduce, all_to_all, barrier, broad
                               reduce_scatter)
 from hal.dist.errors import CollectiveMismatch, CollectiveTimeout, DistError, RendezvousError
 from hal.dist.process_group import (DEFAULT_TIMEOUT_S, DistInfo, backend_string, default_timeout,
-                                    destroy, info, init, is_initialized)
+                                    destroy, info, init, is_initialized, register_plugin_ccl)
 from hal.dist.register import register_c10d_backend, registered_backends
 
 __all__ = [
     "init", "destroy", "info", "is_initialized", "backend_string", "default_timeout", "DistInfo",
-    "DEFAULT_TIMEOUT_S", "register_c10d_backend", "registered_backends",
+    "DEFAULT_TIMEOUT_S", "register_c10d_backend", "register_plugin_ccl", "registered_backends",
     "all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "barrier", "precheck",
     "DistError", "RendezvousError", "CollectiveTimeout", "CollectiveMismatch",
 ]

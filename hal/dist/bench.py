@@ -173,8 +173,8 @@ def rank_main(config: dict) -> Optional[dict]:
     import torch
     import torch.distributed as dist
 
-    import hal
-    from hal.registry import selected_backend
+    from hal.device import backend_name
+    from hal.plugin.registry import selected_backend
     from hal.dist.checked import gather_floats, precheck
     from hal.dist.process_group import info
 
@@ -238,7 +238,7 @@ def rank_main(config: dict) -> Optional[dict]:
             "p50_us": _pct(per_iter_max, 50) * 1e6, "p99_us": _pct(per_iter_max, 99) * 1e6,
         })
     return {"schema": SCHEMA, "collective": cfg.collective, "world_size": n, "backend": me.backend,
-            "device": me.device, "device_name": dev_name, "hal_backend": hal.backend_name(),
+            "device": me.device, "device_name": dev_name, "hal_backend": backend_name(),
             "config": {k2: v for k2, v in config.items()}, "rows": out_rows,
             "avg_busbw": statistics.fmean(r["busbw"] for r in out_rows) if out_rows else 0.0,
             "wrong_total": sum(r["wrong"] or 0 for r in out_rows) if cfg.check else None}

@@ -87,7 +87,7 @@ def backend_string(backend=None) -> str:
     :raises DistError: when the device's collective library is not registered with torch.
     """
     if backend is None:
-        from hal.registry import selected_backend
+        from hal.plugin.registry import selected_backend
 
         backend = selected_backend()
     spec = backend.spec
@@ -108,22 +108,42 @@ def backend_string(backend=None) -> str:
 
 
 def register_plugin_ccl() -> Optional[str]:
-    """Register the selected backend's out-of-tree CCL if its plugin names one (``hal_c10d_backend``)."""
-    from hal.dist.register import register_c10d_backend
-    from hal.registry import get_registry
+    """Register the selected backend's out-of-tree CCL if its plugin names one (``hal_c10d_backend``).
+
+    The one way a vendor's collective library reaches torch: :func:`init`, ``hal run``'s
+    ``init_process_group`` and the conformance kit's collective check call it.  Idempotent.
+
+    :return: the registered name, or None when the plugin names none (its module registers
+        its library itself, or the device has a built-in one).
+    :raises DistError: naming the plugin when its hook raises or returns something else.
+    """
+    from hal.plugin.registry import get_registry
 
     reg = get_registry()
     cand = reg.selected()
-    plugin = reg.pm.get_plugin(cand.plugin)
     try:
-        entry = reg.plugin_call(plugin, "hal_c10d_backend", spec=cand.spec)
+        entry = reg.call_selected("hal_c10d_backend")
     except Exception as exc:
         raise DistError(f"plugin {cand.plugin!r}: hal_c10d_backend raised {type(exc).__name__}: {exc}; "
                         f"fix the plugin or choose another backend with HAL_BACKEND") from exc
-    if entry is None:
+    return register_ccl(entry, cand.plugin)
+
+
+def register_ccl(entry, plugin: str) -> Optional[str]:
+    """Register what a plugin's ``hal_c10d_backend`` returned (``None``: nothing to register) with
+    :func:`hal.dist.register_c10d_backend`; a plugin whose load registers its CCL, as a vendor
+    module does on import, passes its hook's result here.
+
+    :param entry: ``{"name": ..., "creator": ..., "devices": [...]}`` (optionally ``"extended_api"``), or None.
+    :param plugin: the plugin's name, for the error message.
+    :raises DistError: when ``entry`` is not such a dict.
+    """
+    from hal.dist.register import register_c10d_backend
+
+    if entry is None or not dist.is_available():
         return None
     if not isinstance(entry, dict) or not {"name", "creator", "devices"} <= set(entry):
-        raise DistError(f"plugin {cand.plugin!r}: hal_c10d_backend returned {entry!r}; it must return "
+        raise DistError(f"plugin {plugin!r}: hal_c10d_backend returned {entry!r}; it must return "
                         f"{{'name': ..., 'creator': ..., 'devices': [...]}} or None")
     return register_c10d_backend(entry["name"], entry["creator"], entry["devices"],
                                  bool(entry.get("extended_api", False)))
@@ -215,7 +235,7 @@ def init(backend: Optional[str] = None, *, timeout: Optional[float] = None,
     :raises DistError: with the reason and the fix (unknown CCL, store unreachable, ranks missing,
         mismatched world size, LOCAL_RANK beyond the visible devices).
     """
-    from hal.registry import selected_backend
+    from hal.plugin.registry import selected_backend
 
     if dist.is_initialized():
         if STATE.info is not None:

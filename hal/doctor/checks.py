@@ -20,7 +20,7 @@ def _result(status: str, summary: str, **details) -> dict:
 
 def backends() -> dict:
     """Backends found, which one is selected and why; broken stacks are a WARN."""
-    from hal.registry import get_registry
+    from hal.plugin.registry import get_registry
 
     rep = get_registry().report()
     broken = [f"{b['name']}: {b['reason']}" for b in rep["backends"] if b["status"] == "broken"]
@@ -34,7 +34,7 @@ def backends() -> dict:
 
 def devices() -> dict:
     """Device count and model of the selected backend."""
-    from hal.registry import selected_backend
+    from hal.plugin.registry import selected_backend
 
     b = selected_backend()
     n = b.device_count()
@@ -59,9 +59,9 @@ def _nvidia_smi_driver() -> str:
 
 
 def versions() -> dict:
-    """driver / runtime / torch / vendor-extension versions, checked against hal/data/compat.json."""
+    """driver / runtime / torch / vendor-extension versions, checked against the version matrices (hal.doctor.compat)."""
     from hal.doctor import compat
-    from hal.registry import selected_backend
+    from hal.plugin.registry import selected_backend
 
     b = selected_backend()
     v = dict(b.versions())
@@ -110,9 +110,9 @@ def tiny_network() -> dict:
     """A small MLP forward and backward on the device, compared with the CPU, then one SGD step."""
     import torch
 
-    import hal
+    from hal.device import device
 
-    dev = hal.device()
+    dev = device()
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1))
     ref = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1))
@@ -156,15 +156,17 @@ def allreduce_rank(nbytes: int = 1 << 20, iters: int = 5) -> dict:
     """One rank of the all-reduce check (runs under :func:`hal.dist.launch.spawn`)."""
     import torch
 
-    import hal
+    from hal.device import synchronize
+    from hal.dist import all_reduce
+    from hal.dist import info as dist_info
 
-    info = hal.dist.info()
+    info = dist_info()
     dev = torch.device(info.device)
     a = torch.randn(128, 128, device=dev)
     t0 = time.perf_counter()
     for _ in range(20):
         a = torch.tanh(a @ a)
-    hal.synchronize() if dev.type != "cpu" else None
+    synchronize() if dev.type != "cpu" else None
     if os.environ.get(ENV_SLOW_RANK) == str(info.rank):
         # slower than the others by far however loaded the machine is: the others do the same work
         time.sleep(max(1.0, 4 * (time.perf_counter() - t0)))
@@ -172,10 +174,10 @@ def allreduce_rank(nbytes: int = 1 << 20, iters: int = 5) -> dict:
     n = max(nbytes // 4, 1)
     x = torch.full((n,), float(info.rank + 1), device=dev)
     t0 = time.perf_counter()
-    hal.dist.all_reduce(x, timeout=info.timeout_s)
+    all_reduce(x, timeout=info.timeout_s)
     for _ in range(iters - 1):
         torch.distributed.all_reduce(x)
-    hal.synchronize() if dev.type != "cpu" else None
+    synchronize() if dev.type != "cpu" else None
     ar_s = (time.perf_counter() - t0) / iters
     w = info.world_size
     expected = float(w * (w + 1) // 2) * float(w) ** (iters - 1)
@@ -196,7 +198,7 @@ def all_reduce(ranks: int = 2, timeout: float = 30.0) -> dict:
     there, so the summary says so and no rank is called a straggler.
     """
     from hal.dist.launch import spawn
-    from hal.registry import selected_backend
+    from hal.plugin.registry import selected_backend
 
     b = selected_backend()
     env: Dict[str, str] = {}
@@ -241,7 +243,7 @@ def all_reduce(ranks: int = 2, timeout: float = 30.0) -> dict:
 def transport() -> dict:
     """RDMA or TCP for the collective library, with the evidence."""
     from hal.doctor.transport import detect
-    from hal.registry import get_registry
+    from hal.plugin.registry import get_registry
 
     return detect(ccl=get_registry().selected().spec.dist_backend)
 

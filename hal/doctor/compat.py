@@ -1,6 +1,7 @@
 """Are the installed driver / runtime / torch / vendor-extension versions a known-good combination?
 
-Facts live in ``hal/data/compat.json`` (each row with its source).  The tables are
+Facts live in each built-in backend's ``backend.json`` (``compat``; see :mod:`hal.plugin.facts`),
+and in ``hal/data/compat.json`` for matrices of no single backend; each row has its source.  The tables are
 incomplete, so a pair that is not listed is reported as ``not listed`` (WARN at most);
 only a combination the vendor documents as unusable (a driver older than the CUDA
 runtime's minimum) is a FAIL.
@@ -13,12 +14,27 @@ from functools import lru_cache
 from importlib import resources
 from typing import Dict, List, Optional, Tuple
 
+from hal.plugin.facts import FACTS_FILE, backend_facts, backend_folders
+
+
+SHARED = "hal/data/compat.json"
+
 
 @lru_cache(maxsize=None)
 def matrices() -> Dict[str, dict]:
-    """``{matrix id: matrix}`` from ``hal/data/compat.json``."""
+    """``{matrix id: matrix}``: those of ``hal/data/compat.json``, then each built-in backend's; every
+    matrix carries ``file``, the file it was read from."""
     text = resources.files("hal").joinpath("data/compat.json").read_text(encoding="utf-8")
-    return {m["id"]: m for m in json.loads(text)["matrices"]}
+    found = [(SHARED, m) for m in json.loads(text)["matrices"]]
+    for name, folder in backend_folders().items():
+        found += [(f"{folder}/{FACTS_FILE}", m) for m in backend_facts(name).get("compat", ())]
+    out: Dict[str, dict] = {}
+    for where, m in found:
+        if m["id"] in out:
+            raise RuntimeError(f"version matrix {m['id']!r} is in both {out[m['id']]['file']} and {where}; "
+                               "give one of them another id")
+        out[m["id"]] = dict(m, file=where)
+    return out
 
 
 def vtuple(text: str) -> Tuple[int, ...]:
@@ -42,15 +58,15 @@ def same_release(a: str, b: str, parts: int = 3) -> bool:
     return k > 0 and ta[:k] == tb[:k]
 
 
-def _source(row: dict) -> str:
+def _source(row: dict, matrix: str) -> str:
     s = row.get("source") or {}
     if s.get("repo"):
         return f"{s['repo']} {s.get('path', '')} @{str(s.get('commit') or '')[:8]}".strip()
-    return s.get("url", "hal/data/compat.json")
+    return s.get("url", matrices()[matrix]["file"])
 
 
-def _finding(status: str, message: str, row: Optional[dict] = None) -> dict:
-    return {"status": status, "message": message, "source": _source(row) if row else None}
+def _finding(status: str, message: str, row: Optional[dict] = None, matrix: Optional[str] = None) -> dict:
+    return {"status": status, "message": message, "source": _source(row, matrix) if row else None}
 
 
 def pair(matrix: str, key_col: str, key: str, col: str, installed: str, what: str) -> dict:
@@ -65,10 +81,10 @@ def pair(matrix: str, key_col: str, key: str, col: str, installed: str, what: st
         vals = r[col] if isinstance(r[col], list) else [r[col]]
         if any(v and same_release(installed, str(v).split(" ")[0], 2 if col in ("torch", "python") and
                                   len(vtuple(str(v))) <= 2 else 3) for v in vals):
-            return _finding("OK", f"{what}: {key_col} {key} with {col} {installed} is a listed combination", r)
+            return _finding("OK", f"{what}: {key_col} {key} with {col} {installed} is a listed combination", r, matrix)
     listed = sorted({str(v) for r in rows for v in (r[col] if isinstance(r[col], list) else [r[col]])})
     return _finding("WARN", f"{what}: {key_col} {key} is listed with {col} {', '.join(listed)}, not "
-                            f"{installed}; install a listed pair", rows[0])
+                            f"{installed}; install a listed pair", rows[0], matrix)
 
 
 def cuda_driver(runtime: str, driver_branch: Optional[str], driver_cuda: Optional[str]) -> List[dict]:
@@ -87,7 +103,8 @@ def cuda_driver(runtime: str, driver_branch: Optional[str], driver_cuda: Optiona
             out.append(_finding("OK" if ok else "FAIL",
                                 f"driver {driver_branch} {'meets' if ok else 'is below'} the minimum "
                                 f"{row['min_driver_linux']} for CUDA {row['cuda']} runtimes"
-                                + ("" if ok else "; update the NVIDIA driver"), row))
+                                + ("" if ok else "; update the NVIDIA driver"), row,
+                                "cuda-minor-version-compat"))
     if driver_cuda:
         d, r = vtuple(driver_cuda), vtuple(runtime)
         if d[:2] >= r[:2]:

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Callable, Iterable, List, Optional, Sequence, Union
 
 from hal._errors import HalError
-from hal._io import append_jsonl
+from hal.util.io import append_jsonl
 
 SCHEMA = "hal.doctor.patrol/1"
 #: the checks a patrol round runs by default: quick, and able to change while a job runs
@@ -86,7 +86,7 @@ def patrol(every: float, count: Optional[int] = None, out: Optional[Union[str, P
 
 def read_health(path) -> tuple:
     """``(records, notes)`` of a patrol file; a torn last line is skipped with a note."""
-    from hal._io import read_jsonl
+    from hal.util.io import read_jsonl
 
     return read_jsonl(path, SCHEMA, "hal doctor --every SECONDS --out FILE")
 

@@ -106,7 +106,7 @@ def _compile(verbose: bool) -> ModuleType:
                        f"compiler (g++ or clang++) and ninja (pip install ninja). Run "
                        f"`python -m hal.emu.build --verbose` to see the compiler output") from exc
     try:
-        from hal._io import current_umask
+        from hal.util.io import current_umask
         os.chmod(work, 0o777 & ~current_umask())  # mkdtemp made it 0700; a shared cache is read by others
         os.rename(work, final)
     except OSError:  # another process finished first: keep its copy

@@ -1,6 +1,7 @@
 """``emuccl``: the emulator's collective, registered as an out-of-tree c10d backend.
 
-Registered the way vendor CCLs are (``torch.distributed.Backend.register_backend`` with
+Named by the plugin's ``hal_c10d_backend`` hook and registered the way vendor CCLs are
+(:func:`hal.dist.register_plugin_ccl`: ``torch.distributed.Backend.register_backend`` with
 ``devices=["emu"]``), so ``init_process_group("cpu:gloo,emu:emuccl")`` and
 ``hal.dist.init()`` on the emulator take the same path as hccl or cncl.  Inside, it runs
 gloo on CPU views of the emulated tensors' bytes — in place, without copies.
@@ -149,22 +150,7 @@ def _create(opts, pg_options=None):
     return EmuCCL(opts.store, opts.group_rank, opts.group_size, opts.timeout)
 
 
-def register_c10d_backend() -> bool:
-    """Register ``emuccl`` for the ``emu`` device with torch.distributed (once per process).
-
-    Goes through :func:`hal.dist.register_c10d_backend`, the checked path every vendor CCL
-    takes.  Returns True when this call registered it, False when it already was.
-    """
-    if not dist.is_available():
-        return False
-    from hal.dist.register import registered_backends, register_c10d_backend as register
-
-    if NAME in registered_backends():
-        return False
-    register(NAME, _create, devices=[DEVICE_TYPE], extended_api=True)
-    return True
-
-
 def c10d_entry() -> dict:
-    """What the emulator plugin's ``hal_c10d_backend`` hook returns."""
+    """What the emulator plugin's ``hal_c10d_backend`` hook returns; :func:`hal.dist.register_plugin_ccl`
+    registers it (checked, once), as it registers every vendor's CCL."""
     return {"name": NAME, "creator": _create, "devices": [DEVICE_TYPE], "extended_api": True}

@@ -9,6 +9,7 @@ import torch
 
 from hal._errors import HalError
 
+#: the device type torch knows the emulator by (PrivateUse1, renamed); defined here only
 DEVICE_TYPE = "emu"
 _lock = threading.Lock()
 _installed = False
@@ -58,8 +59,9 @@ def install() -> None:
     Renames PrivateUse1 to ``emu``, loads the C++ device (allocator, device guard, hooks,
     generators, kernels, autocast; built on first use), registers ``torch.emu`` (the device
     module), generates ``Tensor.emu()`` / ``Module.emu()`` / ``UntypedStorage.emu()``, and
-    registers the decomposition kernels.  Raises :class:`hal.HalError` when PrivateUse1
-    already belongs to another backend or a real accelerator is present.
+    registers the native set's kernels and the boxed fallback (:mod:`hal.emu._dispatch`).
+    Raises :class:`hal.HalError` when PrivateUse1 already belongs to another backend or a real
+    accelerator is present.
     """
     global _installed
     with _lock:
@@ -87,7 +89,7 @@ def install() -> None:
             torch.utils.generate_methods_for_privateuse1_backend(for_storage=True)
         _dispatch.configure(_module._C)
         _ipc.register()
-        from hal import _exit
+        from hal.util import exit as _exit
         _exit.register()  # autograd's emu device thread must not outlive the interpreter's GIL
         _installed = True
     _check_autograd()

@@ -17,8 +17,8 @@ from typing import Any, List, Optional, Union
 import torch
 
 from hal.emu._build import load
+from hal.emu._device import DEVICE_TYPE
 
-DEVICE_TYPE = "emu"
 _C = load()
 #: the default generator of each emulated device, as torch.cuda.default_generators
 default_generators = _C.default_generators()

@@ -1,4 +1,4 @@
-"""The emulator's native op set, read from ``hal/data/emu_profile.json``."""
+"""The emulator's native op set, read from ``hal/emu/native_ops.json``."""
 from __future__ import annotations
 
 import json
@@ -9,8 +9,8 @@ from typing import FrozenSet
 
 @lru_cache(maxsize=None)
 def profile() -> dict:
-    """The profile file as a dict (schema ``hal.emu_profile/1``)."""
-    text = resources.files("hal").joinpath("data/emu_profile.json").read_text(encoding="utf-8")
+    """The native op set file as a dict (schema ``hal.emu_native_ops/1``)."""
+    text = resources.files("hal.emu").joinpath("native_ops.json").read_text(encoding="utf-8")
     return json.loads(text)
 
 

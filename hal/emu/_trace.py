@@ -1,12 +1,12 @@
 """The emulated device's op trace: every aten op that reaches it, as a vendor kernel receives it.
 
-Recorded in C++ from the dispatcher's RecordFunction callbacks (``hal/emu/csrc/trace.cpp``):
+Recorded in C++ from the dispatcher's RecordFunction callbacks (``hal/emu/csrc/aten_trace.cpp``):
 calls on emu tensors, or with an emu device argument, whose kernel on the device is not
 torch's CompositeImplicitAutograd decomposition (those decompose above the device; their
 pieces arrive one by one).  A call made while another device call runs (the pieces of a
 CompositeExplicitAutograd kernel such as ``_to_copy``) is counted as nested under its parent,
 so top-level counts are what a dispatch mode at the Python key sees.  hal's own calls
-(:func:`hal.emu._dispatch.uncounted`) are not recorded.  No tensor data is kept.
+(:func:`hal.emu.uncounted`) are not recorded.  No tensor data is kept.
 """
 from __future__ import annotations
 
@@ -25,12 +25,12 @@ class DeviceOpTrace:
         self._lock = threading.Lock()
 
     def _first_seen(self, op: str) -> None:
-        from hal.transfer._caller import user_site
+        from hal.util.frames import torch_context, user_site
         try:
             site = user_site(1)
         except ValueError:  # a thread torch started: no Python frame above this one
             site = None
-        site = site or _forward_site() or f"<{_dispatch.torch_context()}>"
+        site = site or _forward_site() or f"<{torch_context()}>"
         with self._lock:
             self._first.setdefault(op, site)
 
@@ -85,15 +85,15 @@ def _forward_site() -> Optional[str]:
     the autograd node, when anomaly mode recorded it (``torch.autograd.set_detect_anomaly``)."""
     import torch
 
-    from hal.transfer._caller import _short
+    from hal.util.frames import is_internal_file, short_path
     node = torch._C._current_autograd_node() if hasattr(torch._C, "_current_autograd_node") else None
     if node is None:
         return None
     stack = (getattr(node, "metadata", None) or {}).get("traceback_") or []
     for entry in reversed(stack):
         m = _FRAME.search(entry)
-        if m and not m.group(1).startswith(_dispatch._SKIP_PREFIXES) and not m.group(1).startswith("<"):
-            return f"{_short(m.group(1))}:{m.group(2)} (backward of {node.name()})"
+        if m and not is_internal_file(m.group(1)):
+            return f"{short_path(m.group(1))}:{m.group(2)} (backward of {node.name()})"
     return None
 
 

@@ -65,14 +65,10 @@ class DeviceProbe:
         if not self._util_ok or self.backend.device_type == "cpu":
             return None
         try:
-            from hal.registry import get_registry
-            reg = get_registry()
-            cand = reg.selected()
-            plugin = reg.pm.get_plugin(cand.plugin)
-            if plugin is not None:
-                v = reg.plugin_call(plugin, "hal_device_utilization", spec=cand.spec, index=self.index)
-                if v is not None:
-                    return float(v)
+            from hal.plugin.registry import get_registry
+            v = get_registry().call_selected("hal_device_utilization", index=self.index)
+            if v is not None:
+                return float(v)
             fn = getattr(self.backend.module, "utilization", None)
             if fn is not None:
                 return float(fn(self.index))

@@ -83,7 +83,7 @@ class MetricsLogger:
                            "choose a folder you can write to") from None
         self.path = self.folder / f"{name}.jsonl"
         if backend is None:
-            from hal.registry import selected_backend
+            from hal.plugin.registry import selected_backend
             backend = selected_backend()
         self.probe = DeviceProbe(backend)
         self.backend_name = backend.name

@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from hal._io import atomic_write
+from hal.util.io import atomic_write
 
 #: record fields exported as Prometheus gauges: field -> (metric name, help)
 PROM_GAUGES = {

@@ -36,8 +36,8 @@ class StepTimer:
 
     def _now(self) -> float:
         if self.sync:
-            import hal
-            hal.synchronize()
+            from hal.device import synchronize
+            synchronize()
         return time.perf_counter()
 
     def start(self) -> None:

@@ -14,7 +14,7 @@ from collections import deque
 from typing import List, Optional, Sequence
 
 from hal._errors import HalError
-from hal._io import read_jsonl as read_records
+from hal.util.io import read_jsonl as read_records
 from hal.metrics._logger import SCHEMA
 from hal.metrics._timer import percentile
 

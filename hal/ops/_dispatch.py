@@ -23,6 +23,7 @@ import warnings
 from typing import Callable, Dict, Optional
 
 from hal._errors import HalError
+from hal.util.frames import user_stacklevel
 
 PATHS = ("fused", "composition", "host")
 
@@ -72,21 +73,7 @@ def _record(op: str, path: str, fallback_reason: Optional[str]) -> None:
         _warned.add(op)
     if first:
         warnings.warn(f"hal.ops.{op}: {fallback_reason} (reported once; counts in hal.ops.stats())",
-                      FallbackWarning, stacklevel=_caller_stacklevel())
-
-
-def _caller_stacklevel() -> int:
-    """The stacklevel of the first frame outside hal and torch: the user's line."""
-    import os
-    import sys
-
-    import torch
-
-    skip = (os.path.dirname(os.path.dirname(__file__)), os.path.dirname(torch.__file__))
-    frame, level = sys._getframe(1), 1
-    while frame is not None and frame.f_code.co_filename.startswith(skip):
-        frame, level = frame.f_back, level + 1
-    return level  # stacklevel 1 is _record, the frame that calls warnings.warn
+                      FallbackWarning, stacklevel=user_stacklevel())
 
 
 @contextlib.contextmanager
@@ -118,7 +105,7 @@ def forced_path() -> Optional[str]:
 # -- declared kernels ------------------------------------------------------------------
 def _owner(device_type: str):
     """(registry, candidate) of the backend that owns ``device_type``, or (registry, None)."""
-    from hal.registry import get_registry
+    from hal.plugin.registry import get_registry
 
     reg = get_registry()
     if device_type == "cpu":
@@ -146,9 +133,8 @@ def declared_kernels(device_type: str) -> Dict[str, object]:
 def plugin_kernels(reg, cand) -> Dict[str, object]:
     """The table the plugin of candidate ``cand`` declares; ``{"__error__": why}`` if its hook raised."""
     kernels: Dict[str, object] = {}
-    plugin = reg.pm.get_plugin(cand.plugin)
     try:
-        for table in reg.plugin_call(plugin, "hal_fused_kernels", spec=cand.spec):
+        for table in reg.call_for(cand, "hal_fused_kernels"):
             kernels.update(table or {})
     except Exception as exc:  # a broken plugin table means: no fused kernels
         kernels = {"__error__": f"{cand.plugin}: hal_fused_kernels raised {type(exc).__name__}: {exc}"}

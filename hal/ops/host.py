@@ -28,7 +28,7 @@ def native():
     global _C, _C_ERROR
     if _C is None and _C_ERROR is None:
         try:
-            from hal import _C as mod
+            import hal._C as mod
             _C = mod
         except ImportError as exc:
             _C_ERROR = (f"the C++ host kernels (hal._C) are not built ({exc}); reinstall hal with a "

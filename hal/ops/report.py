@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Optional
 
 from hal._errors import HalError
-from hal.kernel_table import fused_kernel_facts
+from hal.plugin.facts import fused_kernel_facts
 from hal.ops import _dispatch, host
 
 #: the forward operators a user calls, in the order docs/ops.md lists them
@@ -22,7 +22,7 @@ def report(backend: Optional[str] = None) -> dict:
         fallbacks after it; plus whether the C++ host kernels are built, and the
         counters of this process (:func:`hal.ops.stats`).
     """
-    from hal.registry import get_registry
+    from hal.plugin.registry import get_registry
 
     reg = get_registry()
     if backend is None:

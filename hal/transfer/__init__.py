@@ -1,22 +1,18 @@
-"""Run unmodified CUDA-written scripts on the selected backend.
+"""The old name of :mod:`hal.redirect` (running CUDA-written scripts on the selected backend).
 
-::
-
-    with hal.transfer.enable() as t:        # scoped: everything is restored on exit
-        model = Net().cuda()                # -> hal.device()
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = model(x.to("cuda"))
-    t.log.rows("redirected")
-
-or from the shell: ``hal run train.py --epochs 1`` (``--nproc-per-node 2`` for DDP).
-
-Only the torch calls that take a device or answer about CUDA are wrapped (found from
-torch's operator schemas at enable time); every other call is torch's own.  torch's own
-code keeps seeing the real ``torch.cuda`` / ``torch.accelerator`` answers.  What each CUDA
-idiom does on each backend: docs/transfer.md.
+"Transfer" means host-device copies in this field; the package is now ``hal.redirect``, its
+classes :class:`~hal.redirect.Redirection` and :class:`~hal.redirect.RedirectLog`.  This name
+stays for one release and warns on import.
 """
-from hal.transfer._log import TransferLog
-from hal.transfer._run import run_script
-from hal.transfer._shim import Transfer, enable
+import warnings
+
+from hal.redirect import Redirection, RedirectLog, enable, run_script
+
+warnings.warn("hal.transfer is now hal.redirect (Transfer -> Redirection, TransferLog -> RedirectLog); "
+              "import hal.redirect instead (hal.transfer goes in the next release)", DeprecationWarning, stacklevel=2)
+
+#: the old class names
+Transfer = Redirection
+TransferLog = RedirectLog
 
 __all__ = ["Transfer", "TransferLog", "enable", "run_script"]

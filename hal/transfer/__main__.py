@@ -1,7 +1,7 @@
-"""``python -m hal.transfer script.py [args]``: one process of ``hal run`` (used under torchrun)."""
-import sys
+"""``python -m hal.transfer script.py``: the old name of ``python -m hal.redirect`` (warns once)."""
+import runpy
 
-from hal.cli import main
+import hal.transfer  # noqa: F401  (the deprecation warning)
 
 if __name__ == "__main__":
-    sys.exit(main(["run", *sys.argv[1:]]))
+    runpy.run_module("hal.redirect", run_name="__main__", alter_sys=True)

@@ -1,7 +1,7 @@
 """Scan reports: the data model (:mod:`.model`) and one module per output format."""
 from __future__ import annotations
 
-from .model import FORMAT, ModelReport, OpRow, Report, TargetSummary
+from op_coverage.report.model import FORMAT, ModelReport, OpRow, Report, TargetSummary
 
 FORMATS = ("table", "json", "csv", "md", "html")
 
@@ -9,19 +9,19 @@ FORMATS = ("table", "json", "csv", "md", "html")
 def render(report: Report, fmt: str, color: bool = False, width: int = 80) -> str:
     """Render *report* as text in one of :data:`FORMATS`."""
     if fmt == "table":
-        from .table import render_table
+        from op_coverage.report.table import render_table
         return render_table(report, color=color, width=width)
     if fmt == "json":
-        from .jsonfmt import render_json
+        from op_coverage.report.jsonfmt import render_json
         return render_json(report)
     if fmt == "csv":
-        from .csvfmt import render_csv
+        from op_coverage.report.csvfmt import render_csv
         return render_csv(report)
     if fmt == "md":
-        from .markdown import render_markdown
+        from op_coverage.report.markdown import render_markdown
         return render_markdown(report)
     if fmt == "html":
-        from .html import render_html
+        from op_coverage.report.html import render_html
         return render_html(report)
     raise ValueError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 import csv
 import io
 
-from .model import Report
-from .replacement import replacement_text
+from op_coverage.report.model import Report
+from op_coverage.report.replacement import replacement_text
 
 COLUMNS = ["ori_op_name", "ori_op_type", "op_name", "op_type", "soc_type", "engine", "is_supported", "details",
            "model", "domain", "opset", "op_version", "path", "input_dtypes", "target", "status", "restriction",

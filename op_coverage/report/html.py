@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from html import escape
 
-from .model import Report, headline
+from op_coverage.report.model import Report, headline
 
 STYLE = """body{font-family:system-ui,sans-serif;margin:2em;color:#222}table{border-collapse:collapse;margin:1em 0}
 td,th{border:1px solid #ccc;padding:.25em .5em;font-size:14px}th{background:#f4f4f4}

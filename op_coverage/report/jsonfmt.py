@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 
-from .model import Report
+from op_coverage.report.model import Report
 
 
 def render_json(report: Report) -> str:

@@ -1,8 +1,8 @@
 """Markdown: summary per target, then one table per model with status and reasons."""
 from __future__ import annotations
 
-from .model import Report, headline
-from .replacement import replacement_text
+from op_coverage.report.model import Report, headline
+from op_coverage.report.replacement import replacement_text
 
 ICON = {"native": "native", "host-fallback": "**host-fallback**", "unsupported": "**unsupported**"}
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..profile import RANK, STATUSES, Verdict
+from op_coverage.targets.profile import RANK, STATUSES, Verdict
 
 FORMAT = "op_coverage.report/1"
 MAX_LOCATIONS = 20

@@ -6,7 +6,7 @@ def replacement_text(plan: dict | None) -> str:
     """``"replaceable via a > b (5 nodes: Add, Mul)"``, ``"blocked by Exp"``, or ``""`` when there is no plan."""
     if not plan:
         return ""
-    if "kind" in plan:  # a torch op's plan (op_coverage.torch_plan.OpPlan)
+    if "kind" in plan:  # a torch op's plan (hal.op_support.torch_plan.OpPlan)
         return torch_plan_text(plan)
     if plan.get("status") == "replaceable":
         approx = "" if plan.get("exact", True) else ", approximate"

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import textwrap
 
-from .model import ModelReport, Report, headline
-from .replacement import replacement_text
+from op_coverage.report.model import ModelReport, Report, headline
+from op_coverage.report.replacement import replacement_text
 
 CELL = {"native": "ok", "host-fallback": "host", "unsupported": "NO"}
 COLOR = {"native": "\033[32m", "host-fallback": "\033[33m", "unsupported": "\033[31;1m"}

@@ -2,7 +2,7 @@
 
 Works on any report with ``findings`` (objects with file, line, col, rule, category, level,
 what, fix, code, source), ``files``, ``counts()``, ``exit_code()`` and ``to_dict()``:
-:class:`op_coverage.torch_static.StaticReport` today, the dynamic torch scan's findings later.
+:class:`op_coverage.torch.static.StaticReport` today, the dynamic torch scan's findings later.
 The table and HTML reuse the ONNX report's colours and style.
 """
 from __future__ import annotations
@@ -13,9 +13,9 @@ import json
 import textwrap
 from html import escape
 
-from .html import STYLE as ONNX_STYLE
-from .markdown import _esc
-from .table import COLOR as ONNX_COLOR, RESET
+from op_coverage.report.html import STYLE as ONNX_STYLE
+from op_coverage.report.markdown import _esc
+from op_coverage.report.table import COLOR as ONNX_COLOR, RESET
 
 LEVEL_LABEL = {"change": "CHANGE", "caveat": "caveat", "ok": "ok"}
 LEVEL_TITLE = {"change": "Needs a change", "caveat": "Runs via hal run, with a caveat", "ok": "Works via hal run"}

@@ -13,7 +13,7 @@ sys.path.insert(0, "tests/op_coverage")
 import numpy as np, onnxruntime as ort, torch
 from test_torch_export import BertLayer, _export
 from op_coverage.rewrite import rewrite
-from op_coverage.verify import compare
+from op_coverage.rewrite.verify import compare
 
 with tempfile.TemporaryDirectory() as d, warnings.catch_warnings():
     warnings.simplefilter("ignore")

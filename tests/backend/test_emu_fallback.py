@@ -10,7 +10,7 @@ pytestmark = pytest.mark.emu
 
 
 @pytest.fixture(autouse=True)
-def fresh_report():
+def fresh_report(emu_selected):
     hal.emu.install()
     hal.emu.reset_fallback_report()
     yield

@@ -44,7 +44,7 @@ def test_packed_sequences_run_on_the_device():
     torch.testing.assert_close(got.cpu(), ref.detach(), rtol=1e-5, atol=1e-6)
 
 
-def test_cells_reach_the_device_as_the_fused_kernels_cuda_has():
+def test_cells_reach_the_device_as_the_fused_kernels_cuda_has(emu_selected):
     hal.emu.reset_fallback_report()
     lstm, gru = torch.nn.LSTMCell(4, 3).to("emu"), torch.nn.GRUCell(4, 3).to("emu")
     x = torch.randn(2, 4, device="emu")

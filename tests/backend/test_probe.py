@@ -4,7 +4,7 @@ import json
 import pytest
 
 from hal.cli import main
-from hal.opprobe import probe_ops
+from hal.op_support.observe import probe_ops
 
 
 def test_probe_classifies_ops(hal_backend):
@@ -32,7 +32,7 @@ def test_unknown_op_is_one_clear_error(hal_backend, capsys):
 
 
 def test_a_wrong_result_is_reported_as_failing(hal_backend, monkeypatch):
-    import hal.opprobe as op
+    import hal.op_support.observe as op
     make, _ = op.CASES["add"]
     calls = []
 
@@ -49,7 +49,7 @@ def test_a_wrong_result_is_reported_as_failing(hal_backend, monkeypatch):
 def test_a_vendor_fallback_warning_marks_the_op_as_fallback(hal_backend, monkeypatch):
     import warnings
 
-    import hal.opprobe as op
+    import hal.op_support.observe as op
     make, fn = op.CASES["exp"]
 
     calls = []

@@ -1,14 +1,14 @@
 """`hal probe --trace`: every op of a trace probed on the device, inputs built from each op's schema."""
 import json
+from importlib import resources
 
 import jsonschema
 import pytest
 import torch
 
 from hal.cli import main
-from hal.opprobe import _error_template, load_trace, probe_trace, probe_trace_op
-from op_coverage.datafiles import read_json
-from op_coverage.torch_profiles import TorchProfile
+from hal.op_support.observe import _error_template, load_trace, probe_trace, probe_trace_op
+from hal.op_support.torch_profile import TorchProfile
 
 OPS = [("addmm", ["float32"]), ("add.Tensor", ["float32", "int64"]), ("lgamma", ["float32"]),
        ("embedding_dense_backward", ["float32"]), ("native_dropout", ["float32"]),
@@ -33,7 +33,7 @@ def trace_file(tmp_path):
 
 def test_every_op_of_the_trace_is_probed_or_says_why_not(hal_backend, trace_file):
     prof = probe_trace(hal_backend, load_trace(trace_file), trace_path=str(trace_file))
-    jsonschema.Draft202012Validator(read_json("torch_profile.schema.json")).validate(prof)
+    jsonschema.Draft202012Validator(json.loads(resources.files("hal").joinpath("data", "torch_profile.schema.json").read_text())).validate(prof)
     assert prof["schema"] == "op_coverage.torch_profile/1" and prof["device_type"] == hal_backend.device_type
     assert set(prof["probe"]) == {op for op, _ in OPS}  # nothing dropped
     st = {op: r["status"] for op, r in prof["probe"].items()}

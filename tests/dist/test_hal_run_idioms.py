@@ -294,7 +294,7 @@ def test_a_script_that_raises_gets_a_summary_a_report_and_exit_code_1(backend, t
     tb = proc.stderr[proc.stderr.index("Traceback (most recent call last):"):]
     tb = tb[:tb.index("\nRuntimeError: ")]
     assert tb.splitlines()[1].strip().startswith(f'File "{script}"'), tb
-    assert "runpy" not in tb and f"hal{os.sep}transfer" not in tb and f"hal{os.sep}cli" not in tb
+    assert "runpy" not in tb and f"hal{os.sep}redirect" not in tb and f"hal{os.sep}cli" not in tb
     # the redirection made before the failure is in the report, and the summary is printed
     assert any(r["call"] == "Tensor.cuda()" for r in report["redirected"])
     assert f"hal run: fails.py on {backend}: failed (exit code 1, RuntimeError at {where})" in proc.stderr

@@ -116,7 +116,7 @@ def count_nodes_with_onnx(model: onnx.ModelProto) -> dict:
 
 
 def _len_field(num: int, payload: bytes) -> bytes:
-    from op_coverage.wire import _encode_varint
+    from op_coverage.onnx.wire import _encode_varint
     return _encode_varint(num << 3 | 2) + _encode_varint(len(payload)) + payload
 
 

@@ -6,10 +6,10 @@ import onnx
 import onnxruntime as ort
 from onnx import parser
 
-from op_coverage.lacking import parse_ops, without
+from op_coverage.targets.lacking import parse_ops, without
 from op_coverage.rewrite import rewrite_model
-from op_coverage.targets import load_targets
-from op_coverage.verify import compare, generate_inputs
+from op_coverage.targets.catalog import load_targets
+from op_coverage.rewrite.verify import compare, generate_inputs
 
 _BASE = {}
 

@@ -4,7 +4,7 @@ import onnx
 from onnx import TensorProto, helper
 
 from rw_helpers import lacking, model, ops_in, run
-from op_coverage.fold import cast_exactly, fold
+from op_coverage.plan.fold import cast_exactly, fold
 from op_coverage.rewrite import rewrite_model
 
 HARDSWISH = """

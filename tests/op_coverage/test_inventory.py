@@ -4,8 +4,8 @@ from pathlib import Path
 import onnx
 
 from oc_models import count_nodes_with_onnx, nested_control_flow
-from op_coverage.inventory import build_inventory
-from op_coverage.load import load_for_scan
+from op_coverage.onnx.inventory import build_inventory
+from op_coverage.onnx.load import load_for_scan
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "op_coverage" / "examples" / "tiny_block.onnx"
 

@@ -6,7 +6,7 @@ import pytest
 
 from oc_models import embedded, nested_control_flow, with_external
 from op_coverage.errors import NotOnnx, TruncatedModel, UnknownOpset, UnsafeExternalData
-from op_coverage.load import load_for_scan
+from op_coverage.onnx.load import load_for_scan
 
 
 def _one_error_line(proc, code):

@@ -4,7 +4,7 @@ import pytest
 
 pytest.importorskip("onnxruntime", reason="ort-live probes the installed onnxruntime")
 
-from op_coverage.agreement import disagreements, known  # noqa: E402
+from op_coverage.targets.agreement import disagreements, known  # noqa: E402
 
 
 def _key(r):
@@ -26,7 +26,7 @@ def test_functions_onnxruntime_inlines_are_not_reported_unsupported(tmp_path):
     from onnx import TensorProto, helper
 
     from op_coverage import scan
-    from op_coverage.targets import load_targets
+    from op_coverage.targets.catalog import load_targets
     g = helper.make_graph([helper.make_node("HardSwish", ["x"], ["h"]), helper.make_node("Mish", ["h"], ["m"]),
                            helper.make_node("GroupNormalization", ["m", "s", "b"], ["y"], num_groups=2)], "g",
                           [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 3, 3]),

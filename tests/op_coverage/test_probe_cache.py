@@ -76,7 +76,7 @@ def test_cache_off_writes_nothing(tmp_path):
 
 
 def test_another_onnxruntime_build_uses_another_file(tmp_path, monkeypatch):
-    from op_coverage import probe_cache
+    from op_coverage.targets import ort_live_cache as probe_cache
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     monkeypatch.setenv("HAL_PROBE_CACHE", "1")
     a = probe_cache.ProbeCache()

@@ -9,11 +9,11 @@ from onnx import TensorProto, helper
 
 from oc_models import N, vi
 from op_coverage import list_targets
-from op_coverage.datafiles import names, read_json
+from op_coverage.datafiles import bundled_profiles, read_json
 from op_coverage.errors import BadProfile, UnknownTarget
-from op_coverage.inventory import build_inventory
-from op_coverage.load import load_for_scan
-from op_coverage.targets import load_targets
+from op_coverage.onnx.inventory import build_inventory
+from op_coverage.onnx.load import load_for_scan
+from op_coverage.targets.catalog import load_targets
 
 EXPECTED = {"ort-cpu", "ort-cuda", "ort-dml", "tensorrt", "ascend", "openvino", "migraphx", "musa", "rknn",
             "nncase", "axera"}
@@ -22,8 +22,7 @@ EXPECTED = {"ort-cpu", "ort-cuda", "ort-dml", "tensorrt", "ascend", "openvino", 
 def test_bundled_profiles_validate_and_name_their_source():
     schema = read_json("profile.schema.json")
     found = set()
-    for fname in names(".profile.json"):
-        data = read_json(fname)
+    for fname, data in bundled_profiles():
         jsonschema.Draft202012Validator(schema).validate(data)
         assert data["source"]["repo"] and data["source"]["commit"], fname
         assert data["entries"], fname
@@ -109,7 +108,7 @@ def test_bad_profile_and_unknown_target(tmp_path):
 
 
 def test_plugin_profiles_through_hal_hook(monkeypatch):
-    import op_coverage.targets as targets
+    import op_coverage.targets.catalog as targets
     prof = {"name": "emu", "kind": "plugin", "entries": [{"op": "Add", "status": "native"}]}
     monkeypatch.setattr(targets, "plugin_profiles", lambda: [("hal-emulator", prof), ("broken", {"nope": 1})])
     ts = load_targets()

@@ -2,10 +2,10 @@
 import pytest
 
 from rw_helpers import run as rw_run
-from op_coverage import conformance
+from op_coverage.plan import node_suite as conformance
 from op_coverage.datafiles import read_json
-from op_coverage.expand import has_body
-from op_coverage.rules import RULES
+from op_coverage.onnx.functions import has_body
+from op_coverage.plan.rules import RULES
 
 KNOWN = read_json("conformance_known_failures.json")["cases"]
 RULE_OPS = sorted({r.op for r in RULES if r.domain == "ai.onnx"})
@@ -66,8 +66,8 @@ FORCED = {
 
 @pytest.mark.parametrize("rule", sorted(FORCED))
 def test_rule_passes_onnx_node_tests_when_the_cheaper_path_is_missing(rule):
-    from op_coverage.lacking import parse_ops, without
-    from op_coverage.targets import load_targets
+    from op_coverage.targets.lacking import parse_ops, without
+    from op_coverage.targets.catalog import load_targets
     op, also = FORCED[rule]
     base = without(load_targets(use_plugins=False).get("ort-cpu"), parse_ops(also))
     mine = [conformance.run_case(c, base) for c in conformance.node_cases()
@@ -83,9 +83,9 @@ def test_range_of_constants_matches_onnx_node_tests():
     import numpy as np
     from onnx import numpy_helper
 
-    from op_coverage.lacking import parse_ops, without
+    from op_coverage.targets.lacking import parse_ops, without
     from op_coverage.rewrite import rewrite_model
-    from op_coverage.targets import load_targets
+    from op_coverage.targets.catalog import load_targets
     target = without(load_targets(use_plugins=False).get("ort-cpu"), parse_ops("Range,Loop,CumSum"))
     ran = 0
     for case in conformance.node_cases():
@@ -145,8 +145,8 @@ SHADOWED = {"Less": ("Greater", {"less.sign-sub", "less.min-equal"}),
 
 @pytest.mark.parametrize("op", sorted(SHADOWED))
 def test_shadowed_comparison_rules_pass_onnx_node_tests(op):
-    from op_coverage.lacking import without
-    from op_coverage.targets import load_targets
+    from op_coverage.targets.lacking import without
+    from op_coverage.targets.catalog import load_targets
     also, rules = SHADOWED[op]
     base = without(load_targets(use_plugins=False).get("ort-cpu"), [("ai.onnx", o) for o in also.split(",")])
     mine = [conformance.run_case(c, base) for c in conformance.node_cases() if conformance.case_op(c) == ("ai.onnx", op)]

@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 
 from rw_helpers import model, ops_in, rewrite_and_compare
-from op_coverage.rules import Builder, Decline, rules_for
-from op_coverage.verify import generate_inputs
-from op_coverage.rules._activation import _erf_plain, _erf_where
+from op_coverage.plan.rules import Builder, Decline, rules_for
+from op_coverage.rewrite.verify import generate_inputs
+from op_coverage.plan.rules._activation import _erf_plain, _erf_where
 
 H = '<ir_version: 9, opset_import: ["" : 20, "com.microsoft" : 1]>'
 

@@ -38,7 +38,7 @@ def test_scan_with_default_targets_does_not_import_torch(tmp_path):
 
 
 def test_loading_a_backend_still_works_after_lazy_registration(tmp_path):
-    code = ("import sys\nfrom hal.registry import Registry\nreg = Registry(env={'HAL_BACKEND': 'cpu'})\n"
+    code = ("import sys\nfrom hal.plugin.registry import Registry\nreg = Registry(env={'HAL_BACKEND': 'cpu'})\n"
             "assert 'torch' not in sys.modules\nb = reg.selected().backend\n"
             "from hal_backends.cpu import CPUBackend\nprint(type(b).__name__, isinstance(b, CPUBackend), "
             "b.device_count(), 'torch' in sys.modules)")

@@ -1,10 +1,10 @@
-"""op_coverage.torch_plan: replacements for the ops a torch profile lacks."""
+"""hal.op_support.torch_plan: replacements for the ops a torch profile lacks."""
 import time
 
 import pytest
 
-from op_coverage import torch_plan as tp
-from op_coverage.torch_profiles import load_torch_profiles
+from hal.op_support import torch_plan as tp
+from hal.op_support.torch_profile import load_torch_profiles
 
 
 @pytest.fixture(scope="module")

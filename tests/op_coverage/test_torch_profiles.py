@@ -7,14 +7,16 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-import op_coverage.torch_profiles as tp
-from op_coverage.datafiles import read_json
-from op_coverage.errors import BadProfile, UnknownTarget
-from op_coverage.torch_profiles import (TorchProfile, load_torch_profiles, nearest_profile,
+import hal.op_support.torch_profile as tp
+from hal._errors import BadTorchProfile, UnknownTorchTarget
+from hal.op_support.torch_profile import (TorchProfile, load_torch_profiles, nearest_profile,
                                         resolve_torch_targets)
 
 ROOT = Path(__file__).resolve().parents[2]
-DATA = ROOT / "op_coverage" / "data" / "torch"
+DATA = ROOT / "hal" / "data" / "torch"  # torch's own tables
+#: the bundled profiles: each vendor's torch-<version>.json, in its hal backend's folder
+PROFILE_FILES = sorted((ROOT / "backends").rglob("torch-*.json"))
+MUSA = ROOT / "backends" / "musa" / "torch-2.7.json"
 NAMES = {"ascend-2.7", "ascend-2.13", "musa-2.7", "mlu-2.4", "xpu-2.13", "mps-2.13", "gcu-2.10", "biren-partial",
          "metax-2.4", "cuda-2.4", "cuda-2.7", "cuda-2.10", "cuda-2.13"}
 
@@ -25,7 +27,7 @@ def profiles():
 
 
 def _validator(ref=None):
-    schema = read_json("torch_profile.schema.json")
+    schema = json.loads((ROOT / "hal" / "data" / "torch_profile.schema.json").read_text())
     if ref:
         schema = {"$defs": schema["$defs"], "$ref": f"#/$defs/{ref}"}
     return jsonschema.Draft202012Validator(schema)
@@ -33,7 +35,7 @@ def _validator(ref=None):
 
 # -- the data -------------------------------------------------------------------------------------------
 def test_every_bundled_file_validates_against_the_published_schema():
-    files = sorted(DATA.glob("*.json"))
+    files = sorted(DATA.glob("*.json")) + PROFILE_FILES
     assert len(files) == len(NAMES) + 4 + 1  # profiles, composite tables 2.4/2.7/2.10/2.13, parents table
     for f in files:
         data = json.loads(f.read_text())
@@ -60,7 +62,7 @@ def test_counts_match_the_facts(profiles):
     assert len(profiles["ascend-2.13"].ops) == 1064 and len(profiles["ascend-2.7"].ops) == 1076
     assert len(profiles["musa-2.7"].ops) == 1163 and len(profiles["xpu-2.13"].ops) == 786
     assert len(profiles["cuda-2.13"].ops) == 885 and len(profiles["biren-partial"].ops) == 50
-    comp = read_json("torch/composite-2.13.json")
+    comp = json.loads((DATA / "composite-2.13.json").read_text())
     assert (len(comp["cia"]), len(comp["cea"]), len(comp["ceanf"]), len(comp["structured_delegate"])) == \
         (743, 1061, 57, 385)
 
@@ -102,8 +104,9 @@ def test_converter_regenerates_the_committed_data(tmp_path):
         pytest.skip("the fact sheet is not on this machine")
     subprocess.run([sys.executable, str(ROOT / "scripts" / "torch_profiles_from_facts.py"), str(facts), str(tmp_path)],
                    check=True, capture_output=True, timeout=120)
-    for f in DATA.glob("*.json"):
-        assert (tmp_path / f.name).read_text() == f.read_text(), f"{f.name} differs from the converter's output"
+    for f in sorted(DATA.glob("*.json")) + PROFILE_FILES:
+        rel = f.relative_to(ROOT)
+        assert (tmp_path / rel).read_text() == f.read_text(), f"{rel} differs from the converter's output"
 
 
 # -- judging -------------------------------------------------------------------------------------------
@@ -184,12 +187,12 @@ def test_skew_warning_for_a_2_10_trace_against_ascend(profiles):
     assert (p.name, warn) == ("ascend-2.7", None)
     p, warn = nearest_profile(profiles, "mlu", "2.13.0")
     assert p.name == "mlu-2.4" and "2.4.1" in warn
-    with pytest.raises(UnknownTarget, match="known vendors"):
+    with pytest.raises(UnknownTorchTarget, match="known vendors"):
         nearest_profile(profiles, "kunlunxin", "2.13.0")
 
 
 def test_loading_reads_json_only(tmp_path):
-    code = ("import sys, op_coverage.torch_profiles as t; ps = t.load_torch_profiles(use_plugins=False); "
+    code = ("import sys, hal.op_support.torch_profile as t; ps = t.load_torch_profiles(use_plugins=False); "
             "ps['ascend'] if False else None; [p.judge('addmm') for p in ps.values()]; "
             "print('torch' in sys.modules)")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
@@ -205,7 +208,7 @@ def test_resolve_names_aliases_and_lists(profiles):
 
 
 def test_unknown_target_lists_the_known_ones(profiles):
-    with pytest.raises(UnknownTarget) as e:
+    with pytest.raises(UnknownTorchTarget) as e:
         resolve_torch_targets(profiles, ["ascend-3.0"])
     msg = str(e.value)
     assert "'ascend-3.0' is not known" in msg and "ascend-2.13" in msg and "musa=musa-2.7" in msg
@@ -213,7 +216,7 @@ def test_unknown_target_lists_the_known_ones(profiles):
 
 # -- user and plugin profiles -------------------------------------------------------------------------------
 def test_user_file_replaces_a_bundled_profile(tmp_path):
-    data = json.loads((DATA / "musa-2.7.json").read_text())
+    data = json.loads(MUSA.read_text())
     data["ops"] = data["ops"] + ["_logcumsumexp"]
     f = tmp_path / "musa.json"
     f.write_text(json.dumps(data))
@@ -224,14 +227,14 @@ def test_user_file_replaces_a_bundled_profile(tmp_path):
 def test_bad_user_file_names_file_and_fix(tmp_path):
     f = tmp_path / "bad.json"
     f.write_text(json.dumps({"schema": "op_coverage.torch_profile/1", "name": "x"}))
-    with pytest.raises(BadProfile, match="missing required field.*device_type"):
+    with pytest.raises(BadTorchProfile, match="missing required field.*device_type"):
         load_torch_profiles([f], use_plugins=False)
-    with pytest.raises(BadProfile, match="no such file"):
+    with pytest.raises(BadTorchProfile, match="no such file"):
         load_torch_profiles([tmp_path / "nope.json"], use_plugins=False)
 
 
 def test_plugin_profiles_in_both_formats(monkeypatch):
-    new = json.loads((DATA / "musa-2.7.json").read_text())
+    new = json.loads(MUSA.read_text())
     new.update(name="acme-2.13", aliases=["acme"], vendor="acme", torch_version="2.13.0")
     old = {"schema": "hal.op_profile/1", "backend": "emu", "device_type": "emu", "device": "emu:0",
            "torch": "2.13.0+cpu", "ops": {"add": {"status": "native", "detail": "ok"},
@@ -249,11 +252,11 @@ def test_plugin_profiles_in_both_formats(monkeypatch):
     assert (emu.judge("erf").status, emu.judge("erf").behaviour) == ("missing", "cpu_fallback")
     assert emu.judge("lgamma").status == "missing"
     assert any("broken:x" in p for p in problems) and any("clashes" in p for p in problems)
-    assert ps["ascend-2.13"].origin.startswith("op_coverage/data")
+    assert ps["ascend-2.13"].origin == "backends/ascend/torch-2.13.json"  # the bundled one
 
 
 def test_the_emulator_plugin_profile_loads():
-    pytest.importorskip("hal.registry")
+    pytest.importorskip("hal.plugin.registry")
     problems = []
     ps = load_torch_profiles(problems=problems)
     assert "emu" in ps and not problems, problems
@@ -279,7 +282,7 @@ def test_targets_lists_onnx_and_torch_with_their_kind(run_cli):
 
 
 def test_targets_details_and_torch_profile_files(run_cli, tmp_path):
-    data = json.loads((DATA / "musa-2.7.json").read_text())
+    data = json.loads(MUSA.read_text())
     data.update(name="my-npu", aliases=[], vendor="my")
     f = tmp_path / "my.json"
     f.write_text(json.dumps(data))

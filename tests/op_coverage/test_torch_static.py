@@ -15,10 +15,11 @@ from pathlib import Path
 import jsonschema
 import pytest
 
+from hal.plugin.spec import builtin_spec
 from op_coverage.datafiles import read_json
 from op_coverage.errors import ScriptNotFound
 from op_coverage.report.torch_static import CSV_COLUMNS, render
-from op_coverage.torch_static import LEVELS, load_rules, static_scan
+from op_coverage.torch.static import LEVELS, load_rules, static_scan
 
 ROOT = Path(__file__).resolve().parents[2]
 CORPUS = ROOT / "tests" / "corpus" / "scripts"
@@ -448,7 +449,7 @@ def test_rules_file_is_consistent():
         assert r["level"] in LEVELS and r["category"] in data["categories"], r["id"]
         assert r["what"] and r["fix"] and r["source"], r["id"]
         assert ("names" in r) != ("detector" in r), r["id"]
-    code = (ROOT / "op_coverage" / "torch_static_ast.py").read_text()
+    code = (ROOT / "op_coverage" / "torch" / "static_ast.py").read_text()
     for used in re.findall(r'self\.hit\("([a-z0-9-]+)"', code):
         assert used in ids, used
     schema_categories = read_json("torch_static_report.schema.json")["$defs"]["finding"]["properties"]["category"]
@@ -456,16 +457,15 @@ def test_rules_file_is_consistent():
 
 
 def test_redirected_torch_cuda_names_are_the_shims():
-    """Every torch.cuda name the rules treat as redirected is one hal/transfer patches."""
-    shim = "".join((ROOT / "hal" / "transfer" / n).read_text() for n in ("_cuda_module.py", "_devices.py"))
+    """Every torch.cuda name the rules treat as redirected is one hal/redirect patches."""
+    shim = "".join((ROOT / "hal" / "redirect" / n).read_text() for n in ("_cuda_module.py", "_devices.py"))
     for name in load_rules()["redirected_torch_cuda"]:
         assert f'"{name}"' in shim or name == "amp", name
 
 
 def test_vendor_table_agrees_with_hal_backends():
-    backends = json.loads((ROOT / "hal" / "data" / "backends.json").read_text())["backends"]
     for key, v in load_rules()["vendors"].items():
-        b = backends[key]
+        b = builtin_spec(key).to_dict()
         assert (v["device_type"], v["c10d_backend"], v["management_tool"]) == \
             (b["device_type"], b["dist_backend"], b["management_tool"]), key
         assert v["visible_devices_env"] == b["visible_devices_env"], key
@@ -513,7 +513,7 @@ def test_renderers_share_the_findings(tmp_path):
 
 
 def test_static_scan_does_not_import_torch():
-    code = ("import sys; from op_coverage.torch_static import static_scan; "
+    code = ("import sys; from op_coverage.torch.static import static_scan; "
             f"r = static_scan({str(CORPUS)!r}); print(len(r.findings)); "
             "assert 'torch' not in sys.modules, 'torch imported'")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,

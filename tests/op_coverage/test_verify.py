@@ -3,7 +3,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-from op_coverage.verify import compare, verify
+from op_coverage.rewrite.verify import compare, verify
 
 
 def _detections(perm=None, bump=0.0):

@@ -91,7 +91,7 @@ def exported(name: str, opset: int = 18) -> tuple[Path, Path]:
 
 
 def targets() -> list[str]:
-    from op_coverage.targets import load_targets
+    from op_coverage.targets.catalog import load_targets
     ts = load_targets(use_plugins=False)
     return sorted(n for n, p in ts.profiles.items() if n not in TARGETS_SKIPPED and p.kind != "torch")
 
@@ -100,11 +100,11 @@ def measure(name: str, target_names: list[str] | None = None) -> list[dict]:
     """One row per target: occurrences not native by op (``unsupported`` counts host-fallback ones
     too; ``host_fallback`` those alone), and what a verified rewrite replaced."""
     from op_coverage.errors import ScanError
-    from op_coverage.load import load_for_scan
-    from op_coverage.plan import DATA_DEPENDENT
+    from op_coverage.onnx.load import load_for_scan
+    from op_coverage.plan.planner import DATA_DEPENDENT
     from op_coverage.rewrite import rewrite
     from op_coverage.scan import scan_model
-    from op_coverage.targets import load_targets
+    from op_coverage.targets.catalog import load_targets
 
     path, feeds = exported(name)
     ts = load_targets(use_plugins=False)

@@ -2,7 +2,7 @@
 
 :class:`OpRecorder` is a ``TorchDispatchMode``: it counts every ``OpOverload`` call that reaches the
 Python dispatch key while it is active, per phase of a training step.  It shares no code with
-``op_coverage.torch_trace``.
+``op_coverage.torch.trace``.
 
 **The level it records at.**  A Python dispatch mode sits *below* autograd and below
 CompositeImplicitAutograd: ``F.linear`` arrives as ``t`` + ``addmm`` (or ``mm``), ``F.dropout`` as

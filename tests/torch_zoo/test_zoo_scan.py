@@ -1,7 +1,7 @@
 """Each architecture's trace of one training step, scanned against ascend-2.13, mlu, musa, xpu and
 mps (issue 12, item 7): what each vendor's op list says about the ops the step sends to the device.
 
-The expectations are the vendors' own registration lists (op_coverage/data/torch): Cambricon's
+The expectations are the vendors' own registration lists (hal/data/torch): Cambricon's
 torch_mlu is for torch 2.4, which has no ``_safe_softmax`` (the math attention path of torch 2.5+
 calls it, so a 2.13 trace meets it: a skew the report names); torch_npu registers no
 ``_embedding_bag_backward`` and falls back to the CPU; every other op of these steps has a kernel
@@ -23,8 +23,8 @@ EXPECTED = {
 
 @pytest.mark.parametrize("name", sorted(ARCHITECTURES))
 def test_each_architecture_scanned_against_five_vendors(emu_one_thread, name):
-    from op_coverage.torch_scan import scan_trace
-    from op_coverage.torch_trace import make_trace
+    from op_coverage.torch.scan import scan_trace
+    from op_coverage.torch.trace import make_trace
     rows = traced_step(step_on(name, emu_one_thread, ARCHITECTURES))
     report = scan_trace(make_trace(rows, {"kind": "factory", "target": name}, 1, 0.0, "end",
                                    torch.__version__), TARGETS, plan=False)

@@ -2,7 +2,7 @@
 import torch
 
 from hal import hookimpl
-from hal.spec import BackendSpec, ProbeResult, Status
+from hal.plugin.spec import BackendSpec, ProbeResult, Status
 from hal_backends.cpu import CPUBackend
 
 SPEC = BackendSpec(name="brokenchip", vendor="Nobody", device_type="cpu", product="broken on purpose",

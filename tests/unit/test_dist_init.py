@@ -4,10 +4,10 @@ import pytest
 import torch
 
 import hal
-from hal.backend import Backend
+from hal.plugin.backend import Backend
 from hal.dist import DistError, RendezvousError
 from hal.dist.launch import free_port
-from hal.spec import BackendSpec
+from hal.plugin.spec import BackendSpec
 
 LAUNCH_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "HAL_DIST_TIMEOUT",
                "TORCHELASTIC_USE_AGENT_STORE")

@@ -63,7 +63,7 @@ def test_bad_registration_is_refused_and_changes_nothing(torch_backend_state, kw
 
 PLUGIN = '''
 from hal.plugin import hookimpl
-from hal.spec import BackendSpec, ProbeResult, Status
+from hal.plugin.spec import BackendSpec, ProbeResult, Status
 from hal_backends.cpu import CPUBackend
 
 SPEC = BackendSpec(name="toy", vendor="test", device_type="cpu", dist_backend="toyccl", priority=1)

@@ -1,8 +1,8 @@
 """The emulator is opt-in: listed always, selected only through HAL_BACKEND=emu."""
 import pytest
 
-from hal.registry import Registry
-from hal.spec import Status
+from hal.plugin.registry import Registry
+from hal.plugin.spec import Status
 
 pytestmark = pytest.mark.emu
 
@@ -34,7 +34,7 @@ def test_emulator_refuses_to_share_a_process_with_a_real_accelerator():
     code = (
         "import torch, hal\n"
         "torch.accelerator.current_accelerator = lambda check_available=False: torch.device('cuda')\n"
-        "from hal.registry import Registry\n"
+        "from hal.plugin.registry import Registry\n"
         "reg = Registry(env={'HAL_BACKEND': 'emu', 'HAL_DISABLE_PLUGIN_AUTOLOAD': '1'})\n"
         "c = next(c for c in reg.candidates() if c.name == 'emu')\n"
         "reg.load(c)\n"

@@ -11,7 +11,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from hal._io import atomic_write, current_umask
+from hal.util.io import atomic_write, current_umask
 
 ROOT = Path(__file__).resolve().parents[2]
 

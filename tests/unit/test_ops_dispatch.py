@@ -9,7 +9,7 @@ import torch
 
 import hal
 import hal.ops
-from hal.kernel_table import builtin_fused_kernels, fused_kernel_facts
+from hal.plugin.facts import builtin_fused_kernels, fused_kernel_facts
 from hal.ops import host
 from hal.ops._dispatch import resolve
 

@@ -4,10 +4,10 @@ import stat
 
 import pytest
 
-from hal.cuda_family import identify
-from hal.probe import ProbeContext, TorchFacts
-from hal.registry import Registry
-from hal.spec import Status
+from hal.plugin.cuda_family import identify
+from hal.plugin.probe import ProbeContext, TorchFacts
+from hal.plugin.registry import Registry
+from hal.plugin.spec import Status
 
 CPU_TORCH = TorchFacts(version="2.13.0+cpu")
 CUDA_TORCH = TorchFacts(version="2.13.0+cu128", cuda="12.8")

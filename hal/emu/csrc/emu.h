@@ -1,10 +1,15 @@
 // The hal emulated accelerator: a PyTorch device on PrivateUse1 whose memory is host memory.
 //
-// runtime.cpp  devices, allocator, streams/events (device guard), generators, hooks
-// kernels.cpp  allocation / view / copy kernels, the op router (native or host), the kernels
-//              torch selects only for non-CPU devices
-// autocast.cpp AutocastPrivateUse1 with CUDA's cast lists
-// bindings.cpp the Python module hal_emu_C
+// the device runtime (what a vendor's runtime and its c10 registration provide)
+//   runtime.cpp        devices, allocator, streams/events (device guard), generators, hooks
+// its torch integration at the op level (ATen)
+//   aten_kernels.cpp   allocation / view / copy kernels, the router (the native set's kernel, and
+//                      the host runs of the fallback), the kernels torch selects only for non-CPU
+//                      devices
+//   aten_autocast.cpp  AutocastPrivateUse1 with CUDA's cast lists
+//   aten_trace.cpp     the op trace (RecordFunction callbacks at the dispatcher)
+// and Python's view of all of it
+//   python_module.cpp  the Python module hal_emu_C
 #pragma once
 
 #include <ATen/ATen.h>
@@ -77,9 +82,11 @@ at::Tensor cpu_alias(const at::Tensor& t);
 at::Tensor adopt(const at::Tensor& t, c10::DeviceIndex index);
 
 // -- routing ------------------------------------------------------------------------------
-// ops of the native set run on the host bytes uncounted; every other op that reaches the
-// router is a host fallback: counted, and reported once through the observer.
-void set_native_ops(const std::vector<std::string>& packets, bool all);
+// the router is the PrivateUse1 kernel of the ops in ``native`` (uncounted: the device's native
+// set) and ``counted`` (ops outside it that the host route takes from torch's composites, so that
+// they run as the CPU runs them: counted as host fallbacks); names with overload, e.g.
+// "add.Tensor".  Replaces the previous set.  Every other op reaches the Python boxed fallback.
+void set_kernels(const std::vector<std::string>& native, const std::vector<std::string>& counted);
 std::vector<std::pair<std::string, int64_t>> host_counts();
 void reset_host_counts();
 // called (with the GIL taken by the binding) the first time an op falls back to the host
@@ -87,16 +94,12 @@ void set_fallback_observer(std::function<void(const std::string&)> observer);
 bool set_counting(bool on);  // thread-local; returns the previous value
 bool counting();
 
-// route these aten ops (names with overload, e.g. "native_layer_norm") through the router even
-// though torch has a composite kernel for them, so they run as the CPU runs them; replaces the
-// previous set (empty: torch's composites again)
-void claim_ops(const std::vector<std::string>& names);
-
-// run ``op`` on the host bytes of its emu arguments (the router's host path)
+// run ``op`` on the host bytes of its emu arguments (the router's path); with ``count`` (and
+// counting on for this thread) it is a host fallback: counted, the first one reported
 void host_call(const c10::OperatorHandle& op, torch::jit::Stack* stack, bool count);
 
 // -- trace ------------------------------------------------------------------------------
-// every op that reaches the device while tracing (see trace.cpp)
+// every op that reaches the device while tracing (see aten_trace.cpp)
 struct TraceRow {
   std::string op;
   int64_t top = 0, nested = 0, forward = 0, backward = 0, optimizer = 0;

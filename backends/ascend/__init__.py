@@ -1,0 +1,8 @@
+"""Huawei Ascend NPU (910/310 series): torch_npu, device type npu, collective hccl."""
+from hal.plugin.facts import builtin_fused_kernels
+from hal.plugin.kit import VendorPlugin
+from hal.plugin.spec import builtin_spec
+
+_plugin = VendorPlugin(builtin_spec("ascend"), fused_kernels=builtin_fused_kernels("ascend"))
+hal_backend_specs, hal_backend_probe, hal_backend_load, hal_op_support = _plugin.hooks()
+hal_fused_kernels = _plugin.hal_fused_kernels

@@ -1,6 +1,0 @@
-"""Biren BR100/BR10x GPUs (SUPA): torch_supa, device type supa, collective bccl."""
-from hal.plugin_kit import VendorPlugin
-from hal.spec import builtin_spec
-
-_plugin = VendorPlugin(builtin_spec("biren"))
-hal_backend_specs, hal_backend_probe, hal_backend_load, hal_op_support = _plugin.hooks()

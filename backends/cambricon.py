@@ -1,8 +1,0 @@
-"""Cambricon MLU (MLU370/MLU590): torch_mlu, device type mlu, collective cncl."""
-from hal.kernel_table import builtin_fused_kernels
-from hal.plugin_kit import VendorPlugin
-from hal.spec import builtin_spec
-
-_plugin = VendorPlugin(builtin_spec("cambricon"), fused_kernels=builtin_fused_kernels("cambricon"))
-hal_backend_specs, hal_backend_probe, hal_backend_load, hal_op_support = _plugin.hooks()
-hal_fused_kernels = _plugin.hal_fused_kernels

@@ -1,8 +1,0 @@
-"""Enflame GCU (S60, i20/T20): torch_gcu, device type gcu, collective eccl."""
-from hal.kernel_table import builtin_fused_kernels
-from hal.plugin_kit import VendorPlugin
-from hal.spec import builtin_spec
-
-_plugin = VendorPlugin(builtin_spec("enflame"), fused_kernels=builtin_fused_kernels("enflame"))
-hal_backend_specs, hal_backend_probe, hal_backend_load, hal_op_support = _plugin.hooks()
-hal_fused_kernels = _plugin.hal_fused_kernels

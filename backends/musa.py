@@ -1,8 +1,0 @@
-"""Moore Threads MTT GPUs (S4000/S5000): torch_musa, device type musa, collective mccl."""
-from hal.kernel_table import builtin_fused_kernels
-from hal.plugin_kit import VendorPlugin
-from hal.spec import builtin_spec
-
-_plugin = VendorPlugin(builtin_spec("musa"), fused_kernels=builtin_fused_kernels("musa"))
-hal_backend_specs, hal_backend_probe, hal_backend_load, hal_op_support = _plugin.hooks()
-hal_fused_kernels = _plugin.hal_fused_kernels

@@ -1,0 +1,166 @@
+// The Python module of the emulated accelerator (hal_emu_C): what hal.emu needs from C++.
+#include <torch/csrc/Generator.h>
+#include <torch/csrc/Storage.h>
+#include <torch/csrc/autograd/python_variable.h>
+#include <torch/csrc/jit/python/pybind_utils.h>
+#include <torch/extension.h>
+
+#include <algorithm>
+
+#include "emu.h"
+
+namespace py = pybind11;
+
+namespace {
+
+py::dict memory_stats(int index) {
+  auto& s = hal_emu::stats(static_cast<c10::DeviceIndex>(index));
+  py::dict d;
+  int64_t allocated = s.allocated.load(), peak = s.peak.load();
+  d["allocated_bytes.all.current"] = allocated;
+  d["allocated_bytes.all.peak"] = peak;
+  d["reserved_bytes.all.current"] = allocated;
+  d["reserved_bytes.all.peak"] = peak;
+  d["allocation.all.allocated"] = s.num_alloc.load();
+  d["allocation.all.freed"] = s.num_free.load();
+  d["active.all.current"] = s.active.load();
+  d["num_alloc_retries"] = 0;
+  d["num_ooms"] = 0;
+  return d;
+}
+
+py::tuple default_generators() {
+  int n = hal_emu::device_count();
+  py::tuple out(n);
+  for (int i = 0; i < n; ++i) {
+    PyObject* g = THPGenerator_initDefaultGenerator(hal_emu::default_generator(static_cast<c10::DeviceIndex>(i)));
+    if (g == nullptr) throw py::error_already_set();
+    out[i] = py::reinterpret_steal<py::object>(g);
+  }
+  return out;
+}
+
+std::function<void(const std::string&)> python_callback(py::object fn, const char* what);
+
+void set_fallback_observer(py::object fn) {
+  hal_emu::set_fallback_observer(python_callback(std::move(fn), "hal.emu fallback observer"));
+}
+
+// A Python number where the schema wants a Tensor, as a wrapped number (what torch's own argument
+// parser makes of it): a boxed kernel's arguments reach Python with wrapped numbers as numbers.
+py::object wrapped_if_number(const py::handle& obj, const c10::Argument& arg) {
+  auto type = arg.type();
+  if (auto opt = type->cast<c10::OptionalType>()) type = opt->getElementType();
+  if (type->kind() != c10::TypeKind::TensorType || THPVariable_Check(obj.ptr())) {
+    return py::reinterpret_borrow<py::object>(obj);
+  }
+  c10::Scalar value;
+  if (PyBool_Check(obj.ptr())) {
+    value = c10::Scalar(obj.cast<bool>());
+  } else if (PyLong_Check(obj.ptr())) {
+    value = c10::Scalar(obj.cast<int64_t>());
+  } else if (PyFloat_Check(obj.ptr())) {
+    value = c10::Scalar(obj.cast<double>());
+  } else if (PyComplex_Check(obj.ptr())) {
+    value = c10::Scalar(c10::complex<double>(PyComplex_RealAsDouble(obj.ptr()), PyComplex_ImagAsDouble(obj.ptr())));
+  } else {
+    return py::reinterpret_borrow<py::object>(obj);
+  }
+  at::Tensor t = at::scalar_to_tensor(value);
+  t.unsafeGetTensorImpl()->set_wrapped_number(true);
+  return py::cast(t);
+}
+
+py::object run_host(const std::string& name, const std::string& overload, py::args args, py::kwargs kwargs) {
+  auto op = c10::Dispatcher::singleton().findSchemaOrThrow(name.c_str(), overload.c_str());
+  const auto& schema_args = op.schema().arguments();
+  py::list positional;
+  for (size_t i = 0; i < args.size(); ++i) {
+    positional.append(i < schema_args.size() ? wrapped_if_number(args[i], schema_args[i]) : args[i]);
+  }
+  py::kwargs named;
+  for (auto item : kwargs) {
+    auto key = item.first.cast<std::string>();
+    auto it = std::find_if(schema_args.begin(), schema_args.end(), [&](const c10::Argument& a) { return a.name() == key; });
+    named[item.first] = it != schema_args.end() ? wrapped_if_number(item.second, *it) : item.second;
+  }
+  torch::jit::Stack stack = torch::jit::createStackForSchema(op.schema(), py::tuple(positional), named, std::nullopt);
+  {
+    py::gil_scoped_release no_gil;
+    hal_emu::host_call(op, &stack, /*count=*/true);
+  }
+  return torch::jit::createPyObjectForStack(std::move(stack));
+}
+
+std::function<void(const std::string&)> python_callback(py::object fn, const char* what) {
+  if (fn.is_none()) return nullptr;
+  // kept for the life of the process: it may run while the interpreter shuts down
+  auto* held = new py::object(std::move(fn));
+  return [held, what](const std::string& name) {
+    py::gil_scoped_acquire gil;
+    try {
+      (*held)(name);
+    } catch (py::error_already_set& e) {
+      e.discard_as_unraisable(what);
+    }
+  };
+}
+
+py::list trace_rows() {
+  py::list out;
+  for (auto& r : hal_emu::trace_rows()) {
+    py::dict d;
+    d["op"] = r.op;
+    d["top"] = r.top;
+    d["nested"] = r.nested;
+    d["forward"] = r.forward;
+    d["backward"] = r.backward;
+    d["optimizer"] = r.optimizer;
+    d["dtypes"] = r.dtypes;
+    py::dict parents;
+    for (auto& [p, n] : r.parents) parents[py::str(p)] = n;
+    d["parents"] = parents;
+    out.append(d);
+  }
+  return out;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.doc() = "hal emulated accelerator: devices, memory, generators and the op router (C++)";
+  m.def("device_count", &hal_emu::device_count, "number of emulated devices (HAL_EMU_DEVICES)");
+  m.def("current_device", [] { return static_cast<int>(hal_emu::current_device()); });
+  m.def("set_device", [](int index) { hal_emu::set_device(static_cast<c10::DeviceIndex>(index)); });
+  m.def("memory_stats", &memory_stats, "allocator statistics of one device, in torch.cuda's keys");
+  m.def("reset_peak", [](int index) { hal_emu::reset_peak(static_cast<c10::DeviceIndex>(index)); });
+  m.def("default_generators", &default_generators, "the default torch.Generator of each device");
+  m.def("set_kernels", &hal_emu::set_kernels, py::arg("native"), py::arg("counted"),
+        "make the router the kernel of these aten ops: native ones uncounted, counted ones as host fallbacks");
+  m.def("host_counts", &hal_emu::host_counts, "(op, count) of every op computed as a host fallback");
+  m.def("reset_host_counts", &hal_emu::reset_host_counts);
+  m.def("set_fallback_observer", &set_fallback_observer, "called with an op name on its first host fallback");
+  m.def("set_counting", &hal_emu::set_counting, "count host fallbacks on this thread; returns the old value");
+  m.def("cpu_alias", &hal_emu::cpu_alias, "a CPU tensor over the bytes of an emu tensor (no copy)");
+  m.def("adopt", [](const at::Tensor& t, int index) { return hal_emu::adopt(t, static_cast<c10::DeviceIndex>(index)); },
+        "an emu tensor over the bytes of a CPU tensor (no copy)");
+  m.def("host_storage", [](const at::Tensor& t) -> py::object {
+    c10::Storage host = hal_emu::adopted_host_storage(t.storage());
+    if (!host) return py::none();
+    return py::reinterpret_steal<py::object>(THPStorage_Wrap(std::move(host)));
+  }, "the host storage an emu tensor's bytes live in (after move_to_host_storage), else None");
+  m.def("move_to_host_storage", [](const at::Tensor& t, py::object storage) {
+    hal_emu::move_to_host_storage(t, torch::createStorage(storage.ptr()));
+  }, "copy an emu tensor's storage into a host storage and keep using those bytes");
+  m.def("mark_forked", &hal_emu::mark_forked, "refuse device work from now on (called in a forked child)");
+  m.def("trace_start", [](py::object first_seen) {
+    hal_emu::trace_start(python_callback(std::move(first_seen), "hal.emu trace observer"));
+  }, "record every op that reaches the device; first_seen(op) on each op's first top-level call");
+  m.def("trace_stop", [] {
+    py::gil_scoped_release no_gil;
+    hal_emu::trace_stop();
+  });
+  m.def("trace_set_optimizer", &hal_emu::trace_set_optimizer, "an optimizer step begins (True) or ends (False)");
+  m.def("trace_rows", &trace_rows, "the recorded ops: op, top, nested, forward, backward, optimizer, dtypes, parents");
+  m.def("run_host", &run_host, "run aten op name.overload on the host bytes of its arguments");
+}

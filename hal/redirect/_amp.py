@@ -1,0 +1,57 @@
+"""Mixed precision: ``torch.autocast("cuda")``, ``GradScaler("cuda")``, ``custom_fwd/bwd``.
+
+The deprecated ``torch.cuda.amp.autocast`` / ``GradScaler`` / ``custom_fwd`` call these with
+``"cuda"`` and are covered by the same wrappers.  The dtype is the one the script asked
+for; without one, CUDA's default float16 is kept (no silent dtype change).
+"""
+from __future__ import annotations
+
+import functools
+
+import torch
+
+from hal.redirect._devices import marked
+from hal.redirect._core import Redirection
+
+
+def install(t: Redirection) -> None:
+    """Map the ``"cuda"`` device type of autocast, GradScaler and custom_fwd/bwd to the backend's."""
+    ac = torch.amp.autocast_mode.autocast
+    orig_init = ac.__init__
+
+    def init(self, device_type, dtype=None, enabled=True, cache_enabled=None):
+        if device_type == "cuda":
+            if dtype is None:
+                dtype = torch.float16  # CUDA's autocast default, kept: no silent dtype change
+            t.log.redirected("torch.autocast('cuda')", f"torch.autocast({t.device_type!r}, dtype={dtype})")
+            device_type = t.device_type
+        orig_init(self, device_type, dtype=dtype, enabled=enabled, cache_enabled=cache_enabled)
+
+    t.patch(ac, "__init__", marked(init, orig_init))
+
+    gs = torch.amp.GradScaler
+    orig_gs = gs.__init__
+
+    def gs_init(self, device="cuda", *args, **kwargs):
+        if device == "cuda":
+            t.log.redirected("GradScaler('cuda')", f"GradScaler({t.device_type!r})")
+            device = t.device_type
+        orig_gs(self, device, *args, **kwargs)
+
+    t.patch(gs, "__init__", marked(gs_init, orig_gs))
+
+    for name in ("custom_fwd", "custom_bwd"):
+        orig = getattr(torch.amp, name, None)
+        if orig is None:
+            continue
+
+        def deco(*args, _orig=orig, _name=name, **kwargs):
+            if kwargs.get("device_type") == "cuda":
+                t.log.redirected(f"torch.amp.{_name}(device_type='cuda')", f"device_type={t.device_type!r}")
+                kwargs["device_type"] = t.device_type
+            return _orig(*args, **kwargs)
+
+        wrapped = marked(functools.wraps(orig)(deco), orig)
+        t.patch(torch.amp, name, wrapped)
+        if getattr(torch.amp.autocast_mode, name, None) is orig:
+            t.patch(torch.amp.autocast_mode, name, wrapped)

@@ -1,0 +1,105 @@
+"""What every part of the redirection shares: the :class:`Redirection` in force (device mapping,
+patches and their undo, the log) and :func:`active`.  The parts import this; ``_enable`` installs them.
+"""
+from __future__ import annotations
+
+import threading
+from typing import Any, List, Optional, Tuple
+
+import torch
+
+from hal.redirect._log import RedirectLog
+
+_MISSING = object()
+_DEVICE = torch.device
+
+
+def is_cuda_like(dev) -> bool:
+    """True for what a CUDA script passes as a device: ``"cuda"``, ``"cuda:N"``, a
+    ``torch.device`` of type cuda, or a bare index (which torch reads as a CUDA index)."""
+    c = dev.__class__
+    if c is str:
+        return dev.startswith("cuda")
+    if c is _DEVICE:
+        return dev.type == "cuda"
+    return c is int
+
+
+class Redirection:
+    """The redirections in force inside :func:`enable`; ``log`` records what happened."""
+
+    def __init__(self, backend):
+        self.backend = backend
+        self.device_type = backend.device_type
+        self.log = RedirectLog()
+        #: device count of the backend, read once (1 on the CPU)
+        self.count = 1 if self.device_type == "cpu" else max(1, int(backend.device_count()))
+        self._undo: List[Tuple[Any, str, Any]] = []
+        self._cpu = torch.device("cpu")
+
+    # -- devices ------------------------------------------------------------------------
+    def index(self, dev=None) -> Optional[int]:
+        """The backend device index standing in for CUDA device ``dev`` (None on the CPU)."""
+        if self.device_type == "cpu":
+            return None
+        if dev is None:
+            return self.backend.current_device()
+        if dev.__class__ is int:
+            index = dev
+        else:
+            index = (dev if dev.__class__ is _DEVICE else torch.device(dev)).index
+        if index is None or index < 0:
+            return self.backend.current_device()
+        if index >= self.count:
+            target = index % self.count
+            self.log.redirected(f"cuda:{index}", f"{self.device_type}:{target} ({self.backend.name} shows "
+                                f"{self.count} device(s); index taken modulo the count, as when "
+                                f"ranks outnumber devices)")
+            return target
+        return index
+
+    def device(self, dev=None) -> torch.device:
+        """The backend device standing in for CUDA device ``dev`` (``None``: the current one)."""
+        if self.device_type == "cpu":
+            return self._cpu
+        return torch.device(self.device_type, self.index(dev))
+
+    def redirect(self, dev, call: str) -> torch.device:
+        """Map ``dev`` (cuda-like) for ``call`` and log it at the user's line as
+        ``call(device=dev)`` (or ``call`` with ``{dev}`` filled in, when it has one)."""
+        target = self.device(dev)
+        self.log.redirected(call.format(dev=dev) if "{dev}" in call else f"{call}(device={dev})", str(target))
+        return target
+
+    # -- patching -----------------------------------------------------------------------
+    def patch(self, owner, name: str, value) -> None:
+        """Set ``owner.name = value`` until :meth:`restore`."""
+        old = owner.__dict__.get(name, _MISSING) if isinstance(owner, type) else getattr(owner, name, _MISSING)
+        self._undo.append((owner, name, old))
+        setattr(owner, name, value)
+
+    def on_restore(self, undo) -> None:
+        """Call ``undo()`` when the redirection ends (in reverse order with the patches)."""
+        self._undo.append((None, "", undo))
+
+    def restore(self) -> None:
+        """Undo every patch, last first."""
+        for owner, name, old in reversed(self._undo):
+            if owner is None:
+                old()
+            elif old is _MISSING:
+                delattr(owner, name)
+            else:
+                setattr(owner, name, old)
+        self._undo.clear()
+
+
+_lock = threading.Lock()
+_active: List[Redirection] = []
+
+
+def active() -> Optional[Redirection]:
+    """The redirection in force in this process, or None."""
+    return _active[-1] if _active else None
+
+

@@ -1,0 +1,368 @@
+"""``torch.cuda.*`` and ``torch.accelerator.*`` as the user's code sees them under the shim.
+
+Every public ``torch.cuda`` function is replaced by one that answers for the selected
+backend when the user's code (or a third-party library) calls it, and calls torch's own
+function when torch or hal calls it (:mod:`hal.util.frames`): torch must keep seeing the truth, or a
+CUDA build without a driver sends it into CUDA.  ``torch.accelerator`` describes the
+selected backend to the user's code: no accelerator on the CPU backend.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from typing import Callable
+
+import torch
+
+from hal._errors import NotSupported
+from hal.plugin.backend import host_memory_bytes
+from hal.util.frames import INTERNAL_NAMES, INTERNAL_PREFIXES
+from hal.redirect._devices import MARK, LEGACY_TYPES, marked
+from hal.redirect._core import Redirection
+
+_getframe = sys._getframe
+#: torch.cuda memory calls with a backend answer -> the value given when the backend has none
+NEUTRAL = {"memory_allocated": 0, "max_memory_allocated": 0, "memory_reserved": 0,
+           "max_memory_reserved": 0, "memory_cached": 0, "max_memory_cached": 0, "memory_stats": {},
+           "memory_stats_as_nested_dict": {}, "reset_peak_memory_stats": None,
+           "reset_accumulated_memory_stats": None, "reset_max_memory_allocated": None,
+           "reset_max_memory_cached": None, "empty_cache": None}
+#: torch.cuda names -> facet memory call that answers them
+MEMORY = {"memory_allocated": "memory_allocated", "max_memory_allocated": "max_memory_allocated",
+          "memory_reserved": "memory_reserved", "max_memory_reserved": "max_memory_reserved",
+          "memory_cached": "memory_reserved", "max_memory_cached": "max_memory_reserved",
+          "memory_stats": "memory_stats", "memory_stats_as_nested_dict": "memory_stats",
+          "reset_peak_memory_stats": "reset_peak_memory_stats",
+          "reset_accumulated_memory_stats": "reset_accumulated_memory_stats",
+          "reset_max_memory_allocated": "reset_peak_memory_stats",
+          "reset_max_memory_cached": "reset_peak_memory_stats"}
+#: torch.cuda calls that change nothing off CUDA: (result, why)
+NO_OPS = {"set_per_process_memory_fraction": (None, "no per-process memory cap on this backend"),
+          "ipc_collect": (None, "no CUDA IPC memory to collect"),
+          "set_sync_debug_mode": (None, "no CUDA synchronisation debugging"),
+          "get_sync_debug_mode": (0, "no CUDA synchronisation debugging"),
+          "get_arch_list": ([], "no CUDA architectures"), "get_gencode_flags": ("", "no CUDA code generation"),
+          "is_tf32_supported": (False, "TF32 is a CUDA (Ampere+) format"),
+          "memory_summary": ("", "the backend keeps no CUDA allocator summary"),
+          "memory_snapshot": ([], "the backend keeps no CUDA allocator snapshot")}
+
+
+def split(orig: Callable, for_user: Callable) -> Callable:
+    """A function that runs ``for_user`` for the user's code and ``orig`` for torch's and hal's."""
+    def call(*args, **kwargs):
+        name = _getframe(1).f_globals.get("__name__")
+        if name and (name in INTERNAL_NAMES or name.startswith(INTERNAL_PREFIXES)):
+            return orig(*args, **kwargs)
+        return for_user(*args, **kwargs)
+    return marked(call, orig)
+
+
+def _patch(t: Redirection, owner, name: str, for_user: Callable) -> None:
+    orig = getattr(owner, name, None)
+    if orig is None:
+        orig = for_user
+    t.patch(owner, name, split(orig, for_user))
+
+
+# -- devices -----------------------------------------------------------------------------
+def _install_devices(t: Redirection) -> None:
+    cuda, b, cpu = torch.cuda, t.backend, t.device_type == "cpu"
+
+    def is_available():
+        t.log.redirected("torch.cuda.is_available", f"True (runs on {b.name})")
+        return True
+
+    def device_count():
+        t.log.redirected("torch.cuda.device_count", f"{t.count} ({b.name} device count)")
+        return t.count
+
+    def current_device():
+        return 0 if cpu else b.current_device()
+
+    def set_device(device):
+        target = t.device(device)
+        t.log.redirected("torch.cuda.set_device", f"{target} (for {device})")
+        if not cpu:
+            b.set_device(target.index)
+
+    def get_device_properties(device=None):
+        props = b.device_properties(t.index(device))
+        t.log.redirected("torch.cuda.get_device_properties", f"{b.name} device properties ({props.name})")
+        return props
+
+    def get_device_name(device=None):
+        name = b.device_name(t.index(device))
+        t.log.redirected("torch.cuda.get_device_name", f"{b.name} device name")
+        return name
+
+    def get_device_capability(device=None):
+        props = b.device_properties(t.index(device))
+        t.log.redirected("torch.cuda.get_device_capability", f"({props.major}, {props.minor}) of {b.name}")
+        return props.major, props.minor
+
+    def is_bf16_supported(*args, **kwargs):
+        return torch.bfloat16 in b.supported_dtypes()
+
+    def synchronize(device=None):
+        t.log.redirected("torch.cuda.synchronize", f"{b.name} synchronize")
+        if not cpu:
+            b.synchronize(t.index(device) if device is not None else None)
+
+    for name, fn in (("is_available", is_available), ("device_count", device_count),
+                     ("current_device", current_device), ("set_device", set_device),
+                     ("get_device_properties", get_device_properties), ("get_device_name", get_device_name),
+                     ("get_device_capability", get_device_capability), ("is_bf16_supported", is_bf16_supported),
+                     ("synchronize", synchronize), ("is_initialized", lambda: True), ("init", lambda: None),
+                     ("is_current_stream_capturing", lambda: False)):
+        _patch(t, cuda, name, fn)
+
+    class device:
+        """``torch.cuda.device(i)``: the backend's device ``i`` is current inside the block."""
+
+        def __init__(self, device):
+            dev = device
+            self.idx = None if dev is None or (isinstance(dev, int) and dev < 0) else t.index(dev)
+            self.prev = None
+            if self.idx is not None:
+                t.log.redirected("torch.cuda.device", (f"{t.device_type}:{self.idx}" if not cpu else "cpu") + f" (for {dev})")
+
+        def __enter__(self):
+            if self.idx is not None and not cpu:
+                self.prev = b.current_device()
+                if self.prev != self.idx:
+                    b.set_device(self.idx)
+            return self
+
+        def __exit__(self, *exc):
+            if self.prev is not None and self.prev != self.idx:
+                b.set_device(self.prev)
+            return False
+
+    class device_of(device):
+        """``torch.cuda.device_of(tensor)``: the device of ``tensor`` is current inside the block."""
+
+        def __init__(self, obj):
+            dev = obj.device
+            super().__init__(dev.index if dev.type == t.device_type else None)
+
+    t.patch(cuda, "device", device)
+    t.patch(cuda, "device_of", device_of)
+
+
+# -- memory, RNG, streams, events -----------------------------------------------------------
+def _install_facet(t: Redirection) -> None:
+    from hal.redirect import _host
+    cuda, b, cpu = torch.cuda, t.backend, t.device_type == "cpu"
+
+    def memory(name: str, method: str) -> Callable:
+        def call(device=None, *args, **kwargs):
+            index = t.index(device) if device is not None else None
+            fn = getattr(b, method, None)
+            try:
+                result = fn(index) if fn is not None else b._mem(method, index)
+            except NotSupported as exc:
+                t.log.not_redirected(f"torch.cuda.{name}", f"{exc}; returned {NEUTRAL[name]!r}")
+                return NEUTRAL[name]
+            t.log.redirected(f"torch.cuda.{name}", f"{b.name} {method}")
+            return result
+        return call
+
+    for name, method in MEMORY.items():
+        _patch(t, cuda, name, memory(name, method))
+
+    def mem_get_info(device=None):
+        if cpu:
+            t.log.redirected("torch.cuda.mem_get_info", "host memory (free, total)")
+            return (int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")), host_memory_bytes())
+        t.log.redirected("torch.cuda.mem_get_info", f"{b.name} mem_get_info")
+        return b.mem_get_info(t.index(device) if device is not None else None)
+
+    def empty_cache():
+        try:
+            b.empty_cache()
+        except NotSupported as exc:
+            t.log.not_redirected("torch.cuda.empty_cache", f"{exc}; nothing to free")
+            return None
+        t.log.redirected("torch.cuda.empty_cache", f"{b.name} empty_cache")
+
+    _patch(t, cuda, "mem_get_info", mem_get_info)
+    _patch(t, cuda, "empty_cache", empty_cache)
+
+    # streams and events: the backend's own; on the CPU, host stand-ins that can time work
+    if cpu:
+        streams = {"Stream": _host.HostStream, "Event": _host.HostEvent, "current_stream": _host.current_stream,
+                   "default_stream": _host.default_stream, "stream": _host.stream}
+    else:
+        mod = b.module
+        streams = {"Stream": b.Stream, "Event": b.Event, "current_stream": b.current_stream,
+                   "default_stream": getattr(mod, "default_stream", b.current_stream), "stream": b.stream}
+        if hasattr(mod, "set_stream"):
+            streams["set_stream"] = mod.set_stream
+
+    def stream_call(name, fn):
+        def call(*args, **kwargs):
+            if name in ("current_stream", "default_stream") and args:
+                args = (t.index(args[0]) if not cpu else None,) + args[1:]
+            if name in ("Stream",) and "device" in kwargs:
+                kwargs["device"] = t.device(kwargs["device"])
+            t.log.redirected(f"torch.cuda.{name}", f"{b.name} {name}")
+            return fn(*args, **kwargs)
+        return call
+
+    for name, fn in streams.items():
+        _patch(t, cuda, name, stream_call(name, fn))
+
+    # RNG
+    rng = ("manual_seed", "manual_seed_all", "seed", "seed_all", "initial_seed", "get_rng_state",
+           "set_rng_state", "get_rng_state_all", "set_rng_state_all")
+    if cpu:
+        # the CPU has no device generator: torch.manual_seed already seeds it (and calls
+        # torch.cuda.manual_seed_all itself); re-seeding it here would change the stream
+        answers = {"initial_seed": torch.initial_seed, "get_rng_state": torch.get_rng_state,
+                   "get_rng_state_all": lambda: [torch.get_rng_state()]}
+
+        def no_device_rng(name):
+            def call(*args, **kwargs):
+                t.log.not_redirected(f"torch.cuda.{name}", "cpu has no device generator; the CPU generator "
+                                     "is left as torch.manual_seed set it")
+                return answers[name]() if name in answers else None
+            return call
+        for name in rng:
+            _patch(t, cuda, name, no_device_rng(name))
+        return
+
+    def device_rng(name):
+        fn = getattr(b, name, None) or getattr(b.module, name, None)
+
+        def call(*args, **kwargs):
+            if fn is None:
+                raise NotSupported(b.name, f"torch.cuda.{name}", f"torch.{t.device_type}.{name} does not exist")
+            if name in ("get_rng_state", "set_rng_state"):
+                pos = 0 if name == "get_rng_state" else 1
+                if len(args) > pos:
+                    args = args[:pos] + (t.index(args[pos]),)
+                elif "device" in kwargs:
+                    kwargs["device"] = t.index(kwargs["device"])
+            t.log.redirected(f"torch.cuda.{name}", f"{b.name} {name}")
+            return fn(*args, **kwargs)
+        return call
+
+    for name in rng:
+        _patch(t, cuda, name, device_rng(name))
+
+
+# -- legacy types, NVTX, graphs, the rest ---------------------------------------------------------
+def _install_legacy_types(t: Redirection) -> None:
+    class LegacyCudaType(type):
+        def __call__(cls, *args, **kwargs):
+            target = t.device()
+            t.log.redirected(f"torch.cuda.{cls.__name__}", f"a {cls._hal_dtype} tensor on {target}")
+            return getattr(torch, cls.__name__)(*args, **kwargs).to(target)
+
+        def __instancecheck__(cls, obj):
+            return isinstance(obj, torch.Tensor) and obj.dtype == cls._hal_dtype and obj.device.type == t.device_type
+
+    for name, dtype in LEGACY_TYPES.items():
+        if hasattr(torch.cuda, name):
+            t.patch(torch.cuda, name, LegacyCudaType(name, (), {"_hal_dtype": dtype, "__module__": "torch.cuda",
+                                                                MARK: True}))
+
+
+def _install_nvtx(t: Redirection) -> None:
+    nvtx = getattr(torch.cuda, "nvtx", None)
+    if nvtx is None:
+        return
+
+    def no_op(name, result=None):
+        def call(*args, **kwargs):
+            t.log.not_redirected(f"torch.cuda.nvtx.{name}", "no-op: NVTX annotates CUDA timelines")
+            return result
+        return call
+
+    @contextlib.contextmanager
+    def range_(msg, *args, **kwargs):
+        t.log.not_redirected("torch.cuda.nvtx.range", "no-op: NVTX annotates CUDA timelines")
+        yield
+
+    for name, result in (("range_push", 0), ("range_pop", 0), ("range_start", 0), ("range_end", None),
+                         ("mark", None)):
+        if hasattr(nvtx, name):
+            _patch(t, nvtx, name, no_op(name, result))
+    if hasattr(nvtx, "range"):
+        _patch(t, nvtx, "range", range_)
+
+
+def _install_rest(t: Redirection) -> None:
+    cuda = torch.cuda
+
+    def no_op(name, result, why):
+        def call(*args, **kwargs):
+            t.log.not_redirected(f"torch.cuda.{name}", f"no-op: {why}; returned {result!r}")
+            return result
+        return call
+
+    for name, (result, why) in NO_OPS.items():
+        if hasattr(cuda, name):
+            _patch(t, cuda, name, no_op(name, result, why))
+
+    def make_graphed_callables(callables, sample_args, *args, **kwargs):
+        t.log.redirected("torch.cuda.make_graphed_callables",
+                         f"the callables as they are (no CUDA graphs on {t.backend.name}; same results)")
+        return callables
+
+    if hasattr(cuda, "make_graphed_callables"):
+        _patch(t, cuda, "make_graphed_callables", make_graphed_callables)
+
+    # every other public torch.cuda function is reported when the user's code calls it
+    for name in dir(cuda):
+        if name.startswith("_"):
+            continue
+        obj = getattr(cuda, name)
+        if (callable(obj) and not isinstance(obj, type) and not getattr(obj, MARK, False)
+                and getattr(obj, "__module__", "").startswith("torch.cuda")):
+            _patch(t, cuda, name, _reporting(t, f"torch.cuda.{name}", obj))
+
+
+def _reporting(t: Redirection, what: str, fn: Callable) -> Callable:
+    def call(*args, **kwargs):
+        t.log.not_redirected(what, "no equivalent on the selected backend; called torch's own function")
+        return fn(*args, **kwargs)
+    return call
+
+
+# -- torch.accelerator --------------------------------------------------------------------------
+def _install_accelerator(t: Redirection) -> None:
+    """On the CPU backend, ``torch.accelerator`` tells the user's code there is none.
+
+    Only patched where torch itself sees one (a CUDA build, even without a driver, or a
+    registered PrivateUse1 device); on other backends torch's answer already names the
+    backend's device."""
+    acc = getattr(torch, "accelerator", None)
+    if acc is None or t.device_type != "cpu" or torch._C._accelerator_getAccelerator() is None:
+        return
+
+    def none_available(name):
+        def call(*args, **kwargs):
+            raise RuntimeError(f"torch.accelerator.{name}: Cannot access accelerator device when none is "
+                               f"available (hal run on the cpu backend shows no accelerator; "
+                               f"check torch.accelerator.is_available() first)")
+        return call
+
+    answers = {"current_accelerator": lambda check_available=False: None, "is_available": lambda: False,
+               "device_count": lambda: 0}
+    for name in getattr(acc, "__all__", ()):
+        obj = getattr(acc, name, None)
+        if obj is None or isinstance(obj, type) or not callable(obj):
+            continue
+        _patch(t, acc, name, answers.get(name) or none_available(name))
+
+
+def install(t: Redirection) -> None:
+    """Patch ``torch.cuda`` (and ``torch.accelerator`` on the CPU backend) for ``t``."""
+    _install_devices(t)
+    _install_facet(t)
+    _install_legacy_types(t)
+    _install_nvtx(t)
+    _install_rest(t)
+    _install_accelerator(t)

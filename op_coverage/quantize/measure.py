@@ -1,0 +1,113 @@
+"""What INT8 costs and gives: file size, onnxruntime CPU latency ratio, accuracy per output.
+
+Latency follows ``bench/bench_rewrite_latency.py``: one intra-op and one inter-op thread, runs
+alternating between the float and the quantized session (float first on even runs), a ratio per
+repeat of ``median(quantized) / median(float)``; the report gives the median ratio over repeats
+with its min and max.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+
+def model_bytes(path: Path) -> int:
+    """Bytes of the model file and of every external-data file it names."""
+    import onnx
+
+    from op_coverage.onnx.load import _iter_tensors
+    m = onnx.load(str(path), load_external_data=False)
+    files = {dict((e.key, e.value) for e in t.external_data).get("location")
+             for t in _iter_tensors(m) if t.data_location == onnx.TensorProto.EXTERNAL}
+    return path.stat().st_size + sum((path.parent / f).stat().st_size for f in files
+                                     if f and (path.parent / f).is_file())
+
+
+def session(path: Path):
+    """An onnxruntime CPU session with one intra-op and one inter-op thread (latency comparable across runs)."""
+    import onnxruntime as ort
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    so.inter_op_num_threads = 1
+    so.log_severity_level = 3
+    return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+
+
+@dataclass
+class OutputAccuracy:
+    """How far one quantized output is from the float one."""
+
+    name: str
+    shape: list
+    max_abs: float
+    max_rel: float
+    cosine: float | None
+    top1: float | None  # share of rows whose argmax over the last axis agrees; None: not classifier-shaped
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+def accuracy(name: str, want: np.ndarray, got: np.ndarray) -> OutputAccuracy:
+    """Max abs and relative error, cosine similarity and (for ``[..., C]``, C >= 2) top-1 agreement."""
+    want, got = np.asarray(want), np.asarray(got)
+    if want.shape != got.shape or not np.issubdtype(want.dtype, np.number):
+        same = want.shape == got.shape and bool(np.array_equal(want, got))
+        return OutputAccuracy(name, list(want.shape), 0.0 if same else float("inf"),
+                              0.0 if same else float("inf"), None, None)
+    w, g = want.astype(np.float64).ravel(), got.astype(np.float64).ravel()
+    diff = np.abs(w - g)
+    max_abs = float(diff.max()) if diff.size else 0.0
+    scale = float(np.abs(w).max()) if w.size else 0.0
+    max_rel = max_abs / scale if scale > 0 else (0.0 if max_abs == 0 else float("inf"))
+    cosine = top1 = None
+    if np.issubdtype(want.dtype, np.floating) and w.size:
+        nw, ng = np.linalg.norm(w), np.linalg.norm(g)
+        cosine = float(w @ g / (nw * ng)) if nw > 0 and ng > 0 else (1.0 if nw == ng else 0.0)
+        if want.ndim >= 2 and want.shape[-1] >= 2:
+            top1 = float(np.mean(want.argmax(-1) == got.argmax(-1)))
+    return OutputAccuracy(name, list(want.shape), max_abs, max_rel, cosine, top1)
+
+
+def compare_outputs(float_sess, quant_sess, feeds: dict) -> list[OutputAccuracy]:
+    """Run both sessions on *feeds*; one :class:`OutputAccuracy` per output of the float model."""
+    names = [o.name for o in float_sess.get_outputs()]
+    want = float_sess.run(None, feeds)
+    got = quant_sess.run(names, feeds)
+    return [accuracy(n, w, g) for n, w, g in zip(names, want, got)]
+
+
+def interleaved(sess_a, sess_b, feeds: dict, runs: int, repeats: int, warmup: int = 2) -> list[tuple]:
+    """Run two onnxruntime sessions alternately (the order flips every run), *repeats* times.
+
+    Returns one ``(median_b / median_a, median_a_s, median_b_s)`` per repeat: the two sessions
+    share whatever load the machine has, run by run.
+    """
+    for s in (sess_a, sess_b):
+        for _ in range(warmup):
+            s.run(None, feeds)
+    out = []
+    for _ in range(repeats):
+        ta, tb = [], []
+        for i in range(runs):
+            order = ((sess_a, ta), (sess_b, tb)) if i % 2 == 0 else ((sess_b, tb), (sess_a, ta))
+            for s, t in order:
+                t0 = time.perf_counter()
+                s.run(None, feeds)
+                t.append(time.perf_counter() - t0)
+        ma, mb = statistics.median(ta), statistics.median(tb)
+        out.append((mb / ma if ma > 0 else float("inf"), ma, mb))
+    return out
+
+
+def latency(float_sess, quant_sess, feeds: dict, runs: int = 10, repeats: int = 3, warmup: int = 2) -> dict:
+    """Interleaved runs; ``{"ratio", "min", "max", "float_ms", "quantized_ms", "runs", "repeats", "threads"}``."""
+    per = interleaved(float_sess, quant_sess, feeds, runs, repeats, warmup)
+    ratios, fl, ql = [r for r, _, _ in per], [a for _, a, _ in per], [b for _, _, b in per]
+    return {"ratio": round(statistics.median(ratios), 4), "min": round(min(ratios), 4), "max": round(max(ratios), 4),
+            "float_ms": round(statistics.median(fl) * 1e3, 4), "quantized_ms": round(statistics.median(ql) * 1e3, 4),
+            "runs": runs, "repeats": repeats, "threads": 1}

@@ -1,0 +1,144 @@
+"""The layout docs/architecture.md draws is the layout on disk, and imports only run downward.
+
+Every import statement of hal, hal_backends (``backends/``) and op_coverage is read with ``ast``
+(those inside functions too: a lazy import is still a dependency).  Each module belongs to the
+concern it sits in (the longest name of :data:`LAYERS` that prefixes it); an import from one
+concern to another must go to a lower layer.  So there is no cycle across concerns, hal never
+imports op_coverage, and a new package fails here until it is given its place.
+"""
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+DOC = ROOT / "docs" / "architecture.md"
+
+def _doc_layers():
+    """The layers as docs/architecture.md lists them (the block after "## Layers"), lowest first."""
+    block = re.search(r"## Layers\n.*?```\n(.*?)```", DOC.read_text(), re.S)
+    assert block, f"{DOC}: the layer list (a ``` block under '## Layers') is missing"
+    layers = []
+    for line in block.group(1).splitlines():
+        names = [n.strip() for n in re.split(r"\s{2,}", line.strip())[0].split(",") if n.strip()]
+        top = names[0].split(".")[0] if names else ""
+        layers.append([top + n if n.startswith(".") else n for n in names])
+    return [group for group in layers if group]
+
+
+#: the concerns of the code, lowest layer first; a concern may import only from earlier lines
+LAYERS = _doc_layers()
+LAYER = {c: i for i, group in enumerate(LAYERS) for c in group}
+#: imports a layer rule would flag that are not design knots: none
+ALLOWED: set = set()
+
+
+def _modules():
+    out = {}
+    for top, pkg in (("hal", "hal"), ("op_coverage", "op_coverage"), ("backends", "hal_backends")):
+        for path in sorted((ROOT / top).rglob("*.py")):
+            rel = path.relative_to(ROOT / top).with_suffix("")
+            parts = [pkg, *rel.parts]
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            out[".".join(parts)] = path
+    return out
+
+
+MODULES = _modules()
+
+
+def concern(module: str) -> str:
+    best = max((c for c in LAYER if module == c or module.startswith(c + ".")), key=len, default=None)
+    assert best is not None, f"{module}: not in any concern of LAYERS; give its package a place there and in {DOC.name}"
+    return best
+
+
+def _targets(module: str, path: Path):
+    """``(lineno, imported module)`` for every import of hal / hal_backends / op_coverage in the file."""
+    is_pkg = path.name == "__init__.py"
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = module.split(".") if is_pkg else module.split(".")[:-1]
+                base = base[:len(base) - node.level + 1]
+                mod = ".".join(base + ([node.module] if node.module else []))
+            else:
+                mod = node.module or ""
+            names = [f"{mod}.{a.name}" if f"{mod}.{a.name}" in MODULES else mod for a in node.names]
+        else:
+            continue
+        for name in names:
+            if name.split(".")[0] in ("hal", "hal_backends", "op_coverage"):
+                while name not in MODULES and name not in LAYER and "." in name:
+                    name = name.rsplit(".", 1)[0]
+                yield node.lineno, name
+
+
+def _edges():
+    for module, path in MODULES.items():
+        if module.endswith(".__main__"):
+            continue  # an entry point: the command line, whatever folder it sits in
+        for line, target in _targets(module, path):
+            a, b = concern(module), concern(target)
+            if a != b:
+                yield f"{path.relative_to(ROOT)}:{line}", module, target, a, b
+
+
+def test_every_module_has_a_concern():
+    for module in MODULES:
+        concern(module)
+
+
+def test_imports_run_downward_only():
+    upward = [f"{where}: {m} imports {t} ({a} is layer {LAYER[a]}, {b} layer {LAYER[b]})"
+              for where, m, t, a, b in _edges() if LAYER[b] >= LAYER[a] and (m, t) not in ALLOWED]
+    assert not upward, "imports that run sideways or upward (move the code, or the concern):\n" + "\n".join(upward)
+
+
+def test_hal_never_imports_op_coverage():
+    bad = [f"{w}: {m} imports {t}" for w, m, t, a, b in _edges() if not m.startswith("op_coverage") and t.startswith("op_coverage")]
+    assert not bad, "\n".join(bad)
+
+
+def _doc_tree():
+    text = DOC.read_text()
+    block = re.search(r"```text\n(.*?)```", text, re.S)
+    assert block, f"{DOC}: the tree (a ```text block) is missing at the top"
+    folders = []
+    for line in block.group(1).splitlines():
+        m = re.match(r"^([\w./-]+/)\s", line.strip() + " ")
+        if m:
+            folders.append(m.group(1).rstrip("/"))
+    return folders
+
+
+def test_every_folder_the_map_names_exists():
+    missing = [f for f in _doc_tree() if not (ROOT / f).is_dir()]
+    assert not missing, f"docs/architecture.md names folders that do not exist: {missing}"
+
+
+def test_every_package_is_on_the_map():
+    named = set(_doc_tree())
+    packages = sorted({str(p.parent.relative_to(ROOT)) for top in ("hal", "op_coverage", "backends")
+                       for p in (ROOT / top).rglob("__init__.py")})
+    missing = [p for p in packages if p not in named]
+    assert not missing, f"packages docs/architecture.md does not name (one line per folder): {missing}"
+
+
+def test_packaging_lists_every_package():
+    text = (ROOT / "pyproject.toml").read_text()
+    listed = set(re.findall(r'"([\w.]+)"', re.search(r"packages = \[(.*?)\]", text, re.S).group(1)))
+    want = {".".join(("hal_backends",) + p.parent.relative_to(ROOT / "backends").parts) if p.parts[len(ROOT.parts)] == "backends"
+            else ".".join(p.parent.relative_to(ROOT).parts)
+            for top in ("hal", "op_coverage", "backends") for p in (ROOT / top).rglob("__init__.py")}
+    assert want == listed, f"pyproject.toml packages: missing {sorted(want - listed)}, extra {sorted(listed - want)}"
+
+
+@pytest.mark.parametrize("layer", range(len(LAYERS)))
+def test_every_concern_of_the_layers_exists(layer):
+    for c in LAYERS[layer]:
+        assert c in MODULES or any(m.startswith(c + ".") for m in MODULES) or c == "hal._C", c

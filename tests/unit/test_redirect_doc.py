@@ -1,0 +1,42 @@
+"""docs/redirect.md's idiom tables and the corpus name the same idioms."""
+import json
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+DOC = (ROOT / "docs" / "redirect.md").read_text()
+MANIFEST = json.loads((ROOT / "tests" / "corpus" / "manifest.json").read_text())
+
+
+def _rows_with_corpus_column():
+    rows, in_table = [], False
+    for line in DOC.splitlines():
+        if line.startswith("|") and line.rstrip().endswith("corpus idioms |"):
+            in_table = True
+            continue
+        if in_table and line.startswith("|---"):
+            continue
+        if in_table and line.startswith("|"):
+            rows.append(line)
+        else:
+            in_table = False
+    return rows
+
+
+def test_every_idiom_the_tables_name_is_in_the_corpus():
+    rows = _rows_with_corpus_column()
+    assert len(rows) >= 30
+    for row in rows:
+        cell = row.rstrip().rstrip("|").rsplit("|", 1)[1].strip()
+        if cell == "—":
+            continue
+        for idiom in re.findall(r"`([a-z0-9-]+)`", cell):
+            assert idiom in MANIFEST["idioms"], f"{idiom!r} (docs/redirect.md) is not a corpus idiom"
+
+
+def test_every_corpus_idiom_is_named_in_the_tables():
+    named = set()
+    for row in _rows_with_corpus_column():
+        named.update(re.findall(r"`([a-z0-9-]+)`", row.rstrip().rstrip("|").rsplit("|", 1)[1]))
+    missing = sorted(set(MANIFEST["idioms"]) - named)
+    assert not missing, f"corpus idioms docs/redirect.md does not name: {missing}"
