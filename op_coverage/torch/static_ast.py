@@ -207,6 +207,46 @@ class Scanner(ast.NodeVisitor):
             return {}
         return None
 
+    def _check_cuda_device_type_arg(self, rule, name, call, assigned):
+        if call is None:
+            return None
+        dt = _arg(call, 0, "device_type")
+        s = _const_str(dt) if dt is not None else None
+        if s is None or not s.startswith("cuda"):
+            return None
+        return {"what": f"`{name.rsplit('.', 1)[1]}({s!r}, ...)`: {rule['what']}"}
+
+    def _check_framework_accelerator(self, rule, name, call, assigned):
+        if call is None:
+            return None
+        acc = _kw(call, "accelerator")
+        s = "auto" if acc is None else _const_str(acc)
+        if s not in ("gpu", "cuda", "auto"):
+            return None  # the CPU, TPU, MPS or a variable: nothing CUDA-specific to say
+        shown = ", ".join(f"{k}={_src(_kw(call, k))}" for k in ("accelerator", "devices", "strategy", "precision")
+                          if _kw(call, k) is not None)
+        return {"what": f"`{name.rsplit('.', 1)[1]}({shown})`: {rule['what']}"}
+
+    def _check_training_args(self, rule, name, call, assigned):
+        if call is None:
+            return None
+        shown = ", ".join(f"{k}={_src(_kw(call, k))}" for k in ("bf16", "fp16", "use_cpu", "no_cuda", "ddp_backend")
+                          if _kw(call, k) is not None)
+        if any(isinstance(_kw(call, k), ast.Constant) and _kw(call, k).value is True for k in ("use_cpu", "no_cuda")):
+            return {"what": f"`TrainingArguments({shown})`: keeps the Trainer on the CPU, under hal run too",
+                    "fix": "drop use_cpu / no_cuda to train on the backend", "level": "caveat"}
+        return {"what": f"`{name.rsplit('.', 1)[1]}({shown})`: {rule['what']}" if shown else f"`{name}`: {rule['what']}"}
+
+    def _check_accelerate_cpu(self, rule, name, call, assigned):
+        if call is None:
+            return None
+        cpu = _kw(call, "cpu")
+        if isinstance(cpu, ast.Constant) and cpu.value is True:
+            return {"what": "`Accelerator(cpu=True)`: keeps Accelerate on the CPU, under hal run too",
+                    "fix": "drop cpu=True to train on the backend", "level": "caveat"}
+        mp = _kw(call, "mixed_precision")
+        return {"what": f"`Accelerator(mixed_precision={_src(mp)})`: {rule['what']}" if mp is not None else f"`{name}`: {rule['what']}"}
+
     def _check_no_portable_map_location(self, rule, name, call, assigned):
         if call is None:
             return None
@@ -485,6 +525,10 @@ class Scanner(ast.NodeVisitor):
             not isinstance(backend, ast.Constant) and values else ""
         what = f"`{short}(backend={shown})`{via}, {form}: {r['what']}"
         self.hit(rule, node, what=what)
+        device_id = _kw(node, "device_id") if short == "init_process_group" else None
+        if device_id is not None:
+            self.hit("dist-init-device-id", node, what=f"`init_process_group(device_id={_src(device_id)})`: "
+                                                     f"{self.index.by_id['dist-init-device-id']['what']}")
 
     def _strings(self, node, depth: int = 0) -> List[str]:
         """String constants ``node`` can evaluate to: literals, ``a if c else b``, names assigned in the file."""

@@ -519,3 +519,40 @@ def test_static_scan_does_not_import_torch():
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
                        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}, timeout=120)
     assert r.returncode == 0, r.stderr
+
+
+# -- frameworks and the device-typed distributed calls they make ------------------------------------------
+def test_framework_device_flags_meshes_and_device_ids(tmp_path):
+    r = scan_src(tmp_path, """
+        import torch
+        import torch.distributed as dist
+        import lightning as L
+        from lightning.pytorch import Trainer as PLTrainer
+        from torch.distributed.device_mesh import init_device_mesh, DeviceMesh
+        from transformers import TrainingArguments
+        from accelerate import Accelerator
+        dist.init_process_group("nccl", device_id=torch.device("cuda", 0))
+        mesh = init_device_mesh("cuda", (2, 2), mesh_dim_names=("dp", "tp"))
+        cpu_mesh = init_device_mesh("cpu", (2,))
+        m2 = DeviceMesh(device_type="cuda", mesh=[0, 1])
+        t = L.Trainer(accelerator="gpu", devices=2, strategy="ddp", precision="16-mixed")
+        t2 = PLTrainer(max_steps=3)
+        t3 = L.Trainer(accelerator="cpu")
+        f = L.Fabric(accelerator="cuda", devices=1)
+        a = TrainingArguments("out", bf16=True, per_device_train_batch_size=4)
+        a2 = TrainingArguments("out", use_cpu=True)
+        acc = Accelerator(mixed_precision="fp16")
+        acc2 = Accelerator(cpu=True)
+    """)
+    assert hits(r) == {(8, "dist-init-nccl"), (8, "dist-init-device-id"), (9, "device-mesh-cuda"),
+                       (11, "device-mesh-cuda"), (12, "lightning-accelerator"), (13, "lightning-accelerator"),
+                       (15, "lightning-accelerator"), (16, "hf-training-args"), (17, "hf-training-args"),
+                       (18, "accelerate-accelerator"), (19, "accelerate-accelerator")}
+    assert hits(r, "caveat") == {(17, "hf-training-args"), (19, "accelerate-accelerator")}
+    assert not hits(r, "change")
+    by_line = {f.line: f for f in r.findings if f.rule != "dist-init-nccl"}
+    assert by_line[12].what.startswith("`Trainer(accelerator='gpu', devices=2, strategy='ddp', precision='16-mixed')`")
+    assert by_line[13].what.startswith("`Trainer()`")  # accelerator="auto" picks CUDA, which hal run presents
+    assert by_line[9].what.startswith("`init_device_mesh('cuda', ...)`") and "backend's device type" in by_line[9].what
+    assert "keeps the Trainer on the CPU" in by_line[17].what and "use_cpu" in by_line[17].fix
+    assert by_line[8].what.startswith("`init_process_group(device_id=torch.device('cuda', 0))`")
