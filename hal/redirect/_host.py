@@ -75,6 +75,9 @@ class HostStream(_Stream):
     def __eq__(self, other) -> bool:
         return self is other
 
+    def __ne__(self, other) -> bool:
+        return self is not other
+
     def __hash__(self) -> int:
         return id(self)
 
