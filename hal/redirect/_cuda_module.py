@@ -22,7 +22,7 @@ from hal.redirect import _cuda_submodules
 from hal.redirect._cuda_classes import Spec, cuda_class, is_stand_in, stand_in
 from hal.redirect._devices import MARK, LEGACY_TYPES
 from hal.redirect._core import Redirection
-from hal.redirect._split import patch_split as _patch, report_the_rest, split  # noqa: F401 (split: public here)
+from hal.redirect._split import patch_split as _patch, report_the_rest
 #: torch.cuda memory calls with a backend answer -> the value given when the backend has none
 NEUTRAL = {"memory_allocated": 0, "max_memory_allocated": 0, "memory_reserved": 0,
            "max_memory_reserved": 0, "memory_cached": 0, "max_memory_cached": 0, "memory_stats": {},
