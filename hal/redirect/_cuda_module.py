@@ -223,16 +223,25 @@ def _install_cpu_rng(t: Redirection, names) -> None:
         t.log.redirected("torch.cuda.get_rng_state_all", f"[the CPU generator's state] x {t.count}")
         return [torch.get_rng_state() for _ in range(t.count)]
 
-    def set_state(new_state, device="cuda"):
-        t.log.redirected("torch.cuda.set_rng_state", "restored to the CPU generator (the cpu backend's generator)")
+    def restore(call: str, new_state, detail: str) -> None:
+        # a state saved on CUDA (a Philox seed and offset) is not a CPU generator's state
+        if new_state.numel() != torch.get_rng_state().numel():
+            t.log.not_redirected(call, f"the state ({new_state.numel()} bytes) is another generator's (one saved "
+                                 f"on a CUDA device?); the CPU generator is left as it is")
+            return
+        t.log.redirected(call, detail)
         torch.set_rng_state(new_state)
+
+    def set_state(new_state, device="cuda"):
+        restore("torch.cuda.set_rng_state", new_state, "restored to the CPU generator (the cpu backend's generator)")
 
     def set_states(new_states):
         new_states = list(new_states)
-        t.log.redirected("torch.cuda.set_rng_state_all", "the first state restored to the CPU generator "
-                         "(the cpu backend's generator)" if new_states else "no state given: nothing restored")
-        if new_states:
-            torch.set_rng_state(new_states[0])
+        if not new_states:
+            t.log.redirected("torch.cuda.set_rng_state_all", "no state given: nothing restored")
+            return
+        restore("torch.cuda.set_rng_state_all", new_states[0], "the first state restored to the CPU generator "
+                "(the cpu backend's generator)")
 
     answers = {"get_rng_state": state, "get_rng_state_all": states, "set_rng_state": set_state,
                "set_rng_state_all": set_states}

@@ -191,3 +191,16 @@ def test_the_whole_namespace_is_restored(backend):
         pass
     assert [label for label, mod, name in names if getattr(mod, name) is not before[label]] == []
     assert [n for n, obj in bc.items() if getattr(torch.backends.cuda, n) is not obj] == []
+
+
+def test_a_state_saved_on_cuda_leaves_the_cpu_generator_alone(clean_registry):
+    """Resuming a checkpoint made on a GPU on the cpu backend: the Trainer restores a CUDA
+    generator's state (16 bytes: seed and offset), which is not a CPU generator's."""
+    backend = Registry(env={"HAL_BACKEND": "cpu"}).selected().backend
+    cuda_state = torch.zeros(16, dtype=torch.uint8)
+    with hal.redirect.enable(backend) as t:
+        before = torch.get_rng_state()
+        torch.cuda.random.set_rng_state(cuda_state)
+        torch.cuda.random.set_rng_state_all([cuda_state, cuda_state])
+        assert torch.equal(torch.get_rng_state(), before)
+    assert {"torch.cuda.set_rng_state", "torch.cuda.set_rng_state_all"} <= {r["call"] for r in t.log.rows("not_redirected")}
