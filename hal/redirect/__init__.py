@@ -25,7 +25,10 @@ that ``_enable`` installs them on:
   (``Tensor.to/cuda``, ``Module.to/cuda``, ``with torch.device(...)``, generators, streams,
   events, legacy ``torch.cuda.FloatTensor`` constructors, DataLoader);
 - ``_cuda_module``: ``torch.cuda.*`` and ``torch.accelerator.*`` (answers for the user's
-  code; torch's own code gets the truth, see :mod:`hal.util.frames`);
+  code; torch's own code gets the truth, see ``_split`` and :mod:`hal.util.frames`), with
+  ``_cuda_classes`` (its classes stay classes whose instances are the backend's; ``_host``:
+  the CPU backend's streams and events) and ``_cuda_submodules`` (``torch.cuda.random``,
+  ``memory``, ``streams`` ... and ``torch.backends.cuda`` answer as ``torch.cuda`` does);
 - ``_amp``, ``_load``, ``_dist``, ``_compile``, ``_children``: autocast and GradScaler,
   ``torch.load`` map locations, process groups / DDP / DataParallel, ``torch.compile``,
   multiprocessing children;

@@ -2,26 +2,27 @@
 
 Every public ``torch.cuda`` function is replaced by one that answers for the selected
 backend when the user's code (or a third-party library) calls it, and calls torch's own
-function when torch or hal calls it (:mod:`hal.util.frames`): torch must keep seeing the truth, or a
-CUDA build without a driver sends it into CUDA.  ``torch.accelerator`` describes the
-selected backend to the user's code: no accelerator on the CPU backend.
+function when torch or hal calls it (:mod:`hal.redirect._split`); every class stays a class
+whose instances are the backend's (:mod:`hal.redirect._cuda_classes`); the submodules
+(``torch.cuda.random``, ``memory``, ``streams`` ...) and ``torch.backends.cuda`` answer as
+``torch.cuda`` does (:mod:`hal.redirect._cuda_submodules`).  ``torch.accelerator`` describes
+the selected backend to the user's code: no accelerator on the CPU backend.
 """
 from __future__ import annotations
 
 import contextlib
 import os
-import sys
-from typing import Callable
+from typing import Callable, Optional
 
 import torch
 
 from hal._errors import NotSupported
 from hal.plugin.backend import host_memory_bytes
-from hal.util.frames import INTERNAL_NAMES, INTERNAL_PREFIXES
-from hal.redirect._devices import MARK, LEGACY_TYPES, marked
+from hal.redirect import _cuda_submodules
+from hal.redirect._cuda_classes import Spec, cuda_class, is_stand_in, stand_in
+from hal.redirect._devices import MARK, LEGACY_TYPES
 from hal.redirect._core import Redirection
-
-_getframe = sys._getframe
+from hal.redirect._split import patch_split as _patch, report_the_rest
 #: torch.cuda memory calls with a backend answer -> the value given when the backend has none
 NEUTRAL = {"memory_allocated": 0, "max_memory_allocated": 0, "memory_reserved": 0,
            "max_memory_reserved": 0, "memory_cached": 0, "max_memory_cached": 0, "memory_stats": {},
@@ -48,21 +49,14 @@ NO_OPS = {"set_per_process_memory_fraction": (None, "no per-process memory cap o
           "memory_snapshot": ([], "the backend keeps no CUDA allocator snapshot")}
 
 
-def split(orig: Callable, for_user: Callable) -> Callable:
-    """A function that runs ``for_user`` for the user's code and ``orig`` for torch's and hal's."""
-    def call(*args, **kwargs):
-        name = _getframe(1).f_globals.get("__name__")
-        if name and (name in INTERNAL_NAMES or name.startswith(INTERNAL_PREFIXES)):
-            return orig(*args, **kwargs)
-        return for_user(*args, **kwargs)
-    return marked(call, orig)
-
-
-def _patch(t: Redirection, owner, name: str, for_user: Callable) -> None:
-    orig = getattr(owner, name, None)
-    if orig is None:
-        orig = for_user
-    t.patch(owner, name, split(orig, for_user))
+def _stand_in(t: Redirection, name: str, new: Callable, base: type,
+              accepts: Optional[Callable[[object], bool]] = None, namespace: Optional[dict] = None) -> None:
+    """Replace the class ``torch.cuda.<name>`` by a stand-in (:mod:`hal.redirect._cuda_classes`)
+    whose instances, for the user's code, are ``new(...)``'s: the backend's own objects."""
+    orig = getattr(torch.cuda, name)
+    real = orig if isinstance(orig, type) and not is_stand_in(orig) else cuda_class(
+        name, _cuda_submodules.submodules())
+    t.patch(torch.cuda, name, stand_in(name, Spec(orig, real, new, base, accepts), namespace))
 
 
 # -- devices -----------------------------------------------------------------------------
@@ -146,13 +140,12 @@ def _install_devices(t: Redirection) -> None:
             dev = obj.device
             super().__init__(dev.index if dev.type == t.device_type else None)
 
-    t.patch(cuda, "device", device)
-    t.patch(cuda, "device_of", device_of)
+    _stand_in(t, "device", device, device)
+    _stand_in(t, "device_of", device_of, device_of)
 
 
 # -- memory, RNG, streams, events -----------------------------------------------------------
 def _install_facet(t: Redirection) -> None:
-    from hal.redirect import _host
     cuda, b, cpu = torch.cuda, t.backend, t.device_type == "cpu"
 
     def memory(name: str, method: str) -> Callable:
@@ -190,46 +183,13 @@ def _install_facet(t: Redirection) -> None:
     _patch(t, cuda, "empty_cache", empty_cache)
 
     # streams and events: the backend's own; on the CPU, host stand-ins that can time work
-    if cpu:
-        streams = {"Stream": _host.HostStream, "Event": _host.HostEvent, "current_stream": _host.current_stream,
-                   "default_stream": _host.default_stream, "stream": _host.stream}
-    else:
-        mod = b.module
-        streams = {"Stream": b.Stream, "Event": b.Event, "current_stream": b.current_stream,
-                   "default_stream": getattr(mod, "default_stream", b.current_stream), "stream": b.stream}
-        if hasattr(mod, "set_stream"):
-            streams["set_stream"] = mod.set_stream
-
-    def stream_call(name, fn):
-        def call(*args, **kwargs):
-            if name in ("current_stream", "default_stream") and args:
-                args = (t.index(args[0]) if not cpu else None,) + args[1:]
-            if name in ("Stream",) and "device" in kwargs:
-                kwargs["device"] = t.device(kwargs["device"])
-            t.log.redirected(f"torch.cuda.{name}", f"{b.name} {name}")
-            return fn(*args, **kwargs)
-        return call
-
-    for name, fn in streams.items():
-        _patch(t, cuda, name, stream_call(name, fn))
+    _install_streams(t)
 
     # RNG
     rng = ("manual_seed", "manual_seed_all", "seed", "seed_all", "initial_seed", "get_rng_state",
            "set_rng_state", "get_rng_state_all", "set_rng_state_all")
     if cpu:
-        # the CPU has no device generator: torch.manual_seed already seeds it (and calls
-        # torch.cuda.manual_seed_all itself); re-seeding it here would change the stream
-        answers = {"initial_seed": torch.initial_seed, "get_rng_state": torch.get_rng_state,
-                   "get_rng_state_all": lambda: [torch.get_rng_state()]}
-
-        def no_device_rng(name):
-            def call(*args, **kwargs):
-                t.log.not_redirected(f"torch.cuda.{name}", "cpu has no device generator; the CPU generator "
-                                     "is left as torch.manual_seed set it")
-                return answers[name]() if name in answers else None
-            return call
-        for name in rng:
-            _patch(t, cuda, name, no_device_rng(name))
+        _install_cpu_rng(t, rng)
         return
 
     def device_rng(name):
@@ -250,6 +210,200 @@ def _install_facet(t: Redirection) -> None:
 
     for name in rng:
         _patch(t, cuda, name, device_rng(name))
+
+
+def _install_cpu_rng(t: Redirection, names) -> None:
+    """The CPU backend's one generator is the CPU's: states are read from it and restored to
+    it (a save and restore of ``get_rng_state_all()`` round-trips), seeds are left alone."""
+    def state(device="cuda"):
+        t.log.redirected("torch.cuda.get_rng_state", "the CPU generator's state (the cpu backend's generator)")
+        return torch.get_rng_state()
+
+    def states():
+        t.log.redirected("torch.cuda.get_rng_state_all", f"[the CPU generator's state] x {t.count}")
+        return [torch.get_rng_state() for _ in range(t.count)]
+
+    def restore(call: str, new_state, detail: str) -> None:
+        # a state saved on CUDA (a Philox seed and offset) is not a CPU generator's state
+        if new_state.numel() != torch.get_rng_state().numel():
+            t.log.not_redirected(call, f"the state ({new_state.numel()} bytes) is another generator's (one saved "
+                                 f"on a CUDA device?); the CPU generator is left as it is")
+            return
+        t.log.redirected(call, detail)
+        torch.set_rng_state(new_state)
+
+    def set_state(new_state, device="cuda"):
+        restore("torch.cuda.set_rng_state", new_state, "restored to the CPU generator (the cpu backend's generator)")
+
+    def set_states(new_states):
+        new_states = list(new_states)
+        if not new_states:
+            t.log.redirected("torch.cuda.set_rng_state_all", "no state given: nothing restored")
+            return
+        restore("torch.cuda.set_rng_state_all", new_states[0], "the first state restored to the CPU generator "
+                "(the cpu backend's generator)")
+
+    answers = {"get_rng_state": state, "get_rng_state_all": states, "set_rng_state": set_state,
+               "set_rng_state_all": set_states}
+
+    def left_alone(name):
+        # the CPU has no device generator: torch.manual_seed already seeds it (and calls
+        # torch.cuda.manual_seed_all itself); re-seeding it here would change the stream
+        def call(*args, **kwargs):
+            t.log.not_redirected(f"torch.cuda.{name}", "cpu has no device generator; the CPU generator "
+                                 "is left as torch.manual_seed set it")
+            return torch.initial_seed() if name == "initial_seed" else None
+        return call
+
+    for name in names:
+        _patch(t, torch.cuda, name, answers.get(name) or left_alone(name))
+
+
+def _install_streams(t: Redirection) -> None:
+    """``torch.cuda.Stream`` / ``Event`` / ``StreamContext`` (classes whose instances are the
+    backend's streams and events), ``stream``, ``current_stream``, ``default_stream``,
+    ``set_stream``."""
+    from hal.redirect import _host
+    cuda, b, cpu = torch.cuda, t.backend, t.device_type == "cpu"
+    torch_stream = getattr(torch.Stream, "_hal_original", torch.Stream)
+    torch_event = getattr(torch.Event, "_hal_original", torch.Event)
+    if cpu:
+        make_stream, make_event = _host.HostStream, _host.HostEvent
+        stream_base, event_base = _host.HostStream, _host.HostEvent
+        calls = {"current_stream": _host.current_stream, "default_stream": _host.default_stream,
+                 "set_stream": _host.set_stream}
+        enter = _host.stream
+    else:
+        mod = b.module
+        make_stream, make_event = b.Stream, b.Event
+        stream_base = _own_class(mod, "Stream", torch_stream) or _device_stream(t, torch_stream)
+        event_base = _own_class(mod, "Event", torch_event) or _device_event(t, torch_event)
+        calls = {"current_stream": b.current_stream,
+                 "default_stream": getattr(mod, "default_stream", b.current_stream)}
+        if hasattr(mod, "set_stream"):
+            calls["set_stream"] = mod.set_stream
+        enter = b.stream
+
+    def on_backend(obj, kind) -> bool:
+        return isinstance(obj, kind) and obj.device.type == t.device_type
+
+    def device_arg(device):
+        return t.device(device) if device is not None and not cpu else None
+
+    def new_stream(device=None, priority=0, **kwargs):
+        t.log.redirected("torch.cuda.Stream", f"{b.name} Stream")
+        if device is not None:
+            kwargs["device"] = device_arg(device)
+        return make_stream(priority=priority, **kwargs)
+
+    def new_event(*args, **kwargs):
+        t.log.redirected("torch.cuda.Event", f"{b.name} Event")
+        return make_event(*args, **kwargs)
+
+    def stream_new(cls, device=None, priority=0, **kwargs):  # a class deriving from torch.cuda.Stream
+        return stream_base.__new__(cls, device=device_arg(device), priority=priority)
+
+    def event_new(cls, enable_timing=False, blocking=False, interprocess=False, **kwargs):
+        return event_base.__new__(cls, enable_timing=enable_timing, blocking=blocking, interprocess=interprocess)
+
+    def no_init(self, *args, **kwargs):  # CUDA's streams and events take their arguments in __new__
+        pass
+
+    class StreamContext:
+        """``torch.cuda.StreamContext(s)`` / ``torch.cuda.stream(s)``: ``s`` is the current
+        stream of the backend inside the block (``None``: no change)."""
+
+        def __init__(self, stream):
+            self.stream = stream
+            self._entered = []
+
+        def __enter__(self):
+            cm = enter(self.stream)
+            cm.__enter__()
+            self._entered.append(cm)
+
+        def __exit__(self, *exc):
+            return self._entered.pop().__exit__(*exc)
+
+    def new_context(stream):
+        t.log.redirected("torch.cuda.StreamContext", f"{b.name} stream")
+        return StreamContext(stream)
+
+    def stream(s):
+        t.log.redirected("torch.cuda.stream", f"{b.name} stream")
+        return StreamContext(s)
+
+    _stand_in(t, "Stream", new_stream, stream_base, lambda obj: on_backend(obj, torch_stream),
+              {"__new__": stream_new, "__init__": no_init})
+    _stand_in(t, "Event", new_event, event_base, lambda obj: on_backend(obj, torch_event),
+              {"__new__": event_new, "__init__": no_init})
+    _stand_in(t, "StreamContext", new_context, StreamContext)
+    _patch(t, cuda, "stream", stream)
+
+    def stream_call(name, fn):
+        def call(*args, **kwargs):
+            if name in ("current_stream", "default_stream") and args:
+                args = (t.index(args[0]) if not cpu else None,) + args[1:]
+            t.log.redirected(f"torch.cuda.{name}", f"{b.name} {name}")
+            return fn(*args, **kwargs)
+        return call
+
+    for name, fn in calls.items():
+        _patch(t, cuda, name, stream_call(name, fn))
+
+
+def _own_class(mod, name: str, torch_cls: type) -> Optional[type]:
+    """The device module's ``Stream`` / ``Event`` where it is a class of ``torch_cls`` objects."""
+    own = getattr(mod, name, None)
+    return own if isinstance(own, type) and torch_cls in own.__mro__ else None
+
+
+def _device_stream(t: Redirection, torch_stream: type) -> type:
+    """A ``torch.Stream`` of the backend's device, built with ``torch.cuda.Stream``'s signature
+    (for a device module whose ``Stream`` is not a class of them)."""
+    class DeviceStream(torch_stream):
+        def __new__(cls, device=None, priority=0, **kwargs):
+            return torch_stream.__new__(cls, device=t.device(device), priority=priority)
+
+        def __init__(self, *args, **kwargs):
+            pass
+
+    return DeviceStream
+
+
+def _device_event(t: Redirection, torch_event: type) -> type:
+    """A ``torch.Event`` of the backend's current device, built with ``torch.cuda.Event``'s
+    signature (for a device module whose ``Event`` is not a class of them: the emulator's).
+    torch's event methods take exact ``torch.Event`` objects, so each one holds one and hands
+    it its work."""
+    class DeviceEvent(torch_event):
+        def __new__(cls, enable_timing=False, blocking=False, interprocess=False, **kwargs):
+            device = t.device()
+            self = torch_event.__new__(cls, device=device, enable_timing=enable_timing, blocking=blocking,
+                                       interprocess=interprocess)
+            self._event = torch_event(device=device, enable_timing=enable_timing, blocking=blocking,
+                                      interprocess=interprocess)
+            return self
+
+        def __init__(self, *args, **kwargs):
+            pass
+
+        def record(self, stream=None):
+            return self._event.record(stream)
+
+        def wait(self, stream=None):
+            return self._event.wait(stream)
+
+        def query(self):
+            return self._event.query()
+
+        def synchronize(self):
+            return self._event.synchronize()
+
+        def elapsed_time(self, end_event):
+            return self._event.elapsed_time(getattr(end_event, "_event", end_event))
+
+    return DeviceEvent
 
 
 # -- legacy types, NVTX, graphs, the rest ---------------------------------------------------------
@@ -315,20 +469,7 @@ def _install_rest(t: Redirection) -> None:
         _patch(t, cuda, "make_graphed_callables", make_graphed_callables)
 
     # every other public torch.cuda function is reported when the user's code calls it
-    for name in dir(cuda):
-        if name.startswith("_"):
-            continue
-        obj = getattr(cuda, name)
-        if (callable(obj) and not isinstance(obj, type) and not getattr(obj, MARK, False)
-                and getattr(obj, "__module__", "").startswith("torch.cuda")):
-            _patch(t, cuda, name, _reporting(t, f"torch.cuda.{name}", obj))
-
-
-def _reporting(t: Redirection, what: str, fn: Callable) -> Callable:
-    def call(*args, **kwargs):
-        t.log.not_redirected(what, "no equivalent on the selected backend; called torch's own function")
-        return fn(*args, **kwargs)
-    return call
+    report_the_rest(t, cuda, "torch.cuda")
 
 
 # -- torch.accelerator --------------------------------------------------------------------------
@@ -359,10 +500,13 @@ def _install_accelerator(t: Redirection) -> None:
 
 
 def install(t: Redirection) -> None:
-    """Patch ``torch.cuda`` (and ``torch.accelerator`` on the CPU backend) for ``t``."""
+    """Patch ``torch.cuda``, its submodules and ``torch.backends.cuda`` (and ``torch.accelerator``
+    on the CPU backend) for ``t``."""
+    originals = dict(vars(torch.cuda))
     _install_devices(t)
     _install_facet(t)
     _install_legacy_types(t)
     _install_nvtx(t)
     _install_rest(t)
+    _cuda_submodules.install(t, originals)
     _install_accelerator(t)

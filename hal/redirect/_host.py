@@ -3,7 +3,9 @@
 CPU ops complete before they return, so a stream orders nothing and an event only has to
 note the wall clock when recorded: ``Event(enable_timing=True)`` + ``elapsed_time`` time the
 host work between two records, as CUDA events time device work.  torch's own
-``torch.cpu.Event`` / ``torch.Event(device="cpu")`` cannot record, hence these.
+``torch.cpu.Event`` / ``torch.Event(device="cpu")`` cannot record, hence these.  Both are
+``torch.Stream`` / ``torch.Event`` objects on ``cpu`` (``isinstance(s, torch.Stream)`` holds),
+built in ``__new__`` with the signatures of ``torch.cuda.Stream`` / ``torch.cuda.Event``.
 """
 from __future__ import annotations
 
@@ -14,12 +16,16 @@ from typing import Optional
 
 import torch
 
+#: torch's own classes, even when this module is first imported under the redirection
+_Stream = getattr(torch.Stream, "_hal_original", torch.Stream)
+_Event = getattr(torch.Event, "_hal_original", torch.Event)
 
-class HostEvent(torch.Event):
+
+class HostEvent(_Event):
     """A ``torch.Event`` on the CPU that records wall time (milliseconds in ``elapsed_time``)."""
 
-    def __new__(cls, device=None, *, enable_timing: bool = False, blocking: bool = False,
-                interprocess: bool = False):
+    def __new__(cls, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False,
+                **kwargs):
         self = super().__new__(cls, device="cpu")
         self._timing = bool(enable_timing)
         self._t: Optional[float] = None
@@ -49,12 +55,31 @@ class HostEvent(torch.Event):
         return (end_event._t - self._t) * 1000.0
 
 
-class HostStream(torch.cpu.Stream):
-    """A stream on the CPU: every op is already complete, so waiting is immediate."""
+class HostStream(_Stream):
+    """A stream on the CPU (a ``torch.Stream`` on ``cpu``): every op is already complete, so
+    waiting is immediate.  Each one is its own stream: two compare equal only if they are the
+    same object, as two CUDA streams do."""
 
-    def __init__(self, device=None, priority: int = 0, **kwargs):
-        super().__init__(priority)
-        self.device = torch.device("cpu")
+    def __new__(cls, device=None, priority: int = 0, **kwargs):
+        self = super().__new__(cls, device="cpu")
+        self._priority = int(priority)
+        return self
+
+    def __init__(self, *args, **kwargs):  # everything is set in __new__
+        pass
+
+    @property
+    def priority(self) -> int:
+        return self._priority
+
+    def __eq__(self, other) -> bool:
+        return self is other
+
+    def __ne__(self, other) -> bool:
+        return self is not other
+
+    def __hash__(self) -> int:
+        return id(self)
 
     def query(self) -> bool:
         return True
@@ -79,8 +104,17 @@ _current = threading.local()
 
 
 def current_stream(device=None) -> HostStream:
+    """The stream of the innermost ``with torch.cuda.stream(s)`` block, else the one
+    :func:`set_stream` made current, else the default stream."""
     stack = getattr(_current, "stack", None)
-    return stack[-1] if stack else _default
+    return stack[-1] if stack else getattr(_current, "base", _default)
+
+
+def set_stream(s) -> None:
+    """Make ``s`` the current stream outside any ``with torch.cuda.stream(...)`` block
+    (``None``: no change, as ``torch.cuda.set_stream``)."""
+    if s is not None:
+        _current.base = s
 
 
 def default_stream(device=None) -> HostStream:

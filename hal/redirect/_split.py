@@ -1,0 +1,53 @@
+"""Calls that answer the user's code for the backend and torch's own code with the truth.
+
+A ``torch.cuda`` function replaced under the shim runs the backend's answer when the user's
+code (or a third-party library) calls it and torch's own function when torch or hal calls it
+(:mod:`hal.util.frames`): torch must keep seeing the truth, or a CUDA build without a driver
+sends it into CUDA.  The same rule reports the calls that have no answer on the backend.
+"""
+from __future__ import annotations
+
+import sys
+from typing import Callable
+
+from hal.util.frames import INTERNAL_NAMES, INTERNAL_PREFIXES
+from hal.redirect._core import Redirection
+from hal.redirect._devices import MARK, marked
+
+_getframe = sys._getframe
+
+
+def split(orig: Callable, for_user: Callable) -> Callable:
+    """A function that runs ``for_user`` for the user's code and ``orig`` for torch's and hal's."""
+    def call(*args, **kwargs):
+        name = _getframe(1).f_globals.get("__name__")
+        if name and (name in INTERNAL_NAMES or name.startswith(INTERNAL_PREFIXES)):
+            return orig(*args, **kwargs)
+        return for_user(*args, **kwargs)
+    return marked(call, orig)
+
+
+def patch_split(t: Redirection, owner, name: str, for_user: Callable) -> None:
+    """Replace ``owner.name`` by :func:`split` of it and ``for_user`` until ``t`` ends."""
+    orig = getattr(owner, name, None)
+    if orig is None:
+        orig = for_user
+    t.patch(owner, name, split(orig, for_user))
+
+
+def reporting(t: Redirection, what: str, fn: Callable) -> Callable:
+    """``fn``, reported as not redirected (named ``what``) each time the user's code calls it."""
+    def call(*args, **kwargs):
+        t.log.not_redirected(what, "no equivalent on the selected backend; called torch's own function")
+        return fn(*args, **kwargs)
+    return call
+
+
+def report_the_rest(t: Redirection, owner, label: str, defined_in: str = "torch.cuda", skip=()) -> None:
+    """Report every public function defined in ``defined_in`` (a module or its submodules)
+    that module ``owner`` holds and the shim has not replaced (nor ``skip`` names), when the
+    user's code calls it (as ``label.<name>``)."""
+    for name, obj in list(vars(owner).items()):
+        if (not name.startswith("_") and name not in skip and callable(obj) and not isinstance(obj, type)
+                and not getattr(obj, MARK, False) and getattr(obj, "__module__", "").startswith(defined_in)):
+            patch_split(t, owner, name, reporting(t, f"{label}.{name}", obj))
