@@ -47,6 +47,9 @@ class RuleIndex:
         self.by_id = {r["id"]: r for r in data["rules"]}
         self.prefixes: List[Tuple[str, dict]] = sorted(
             ((n, r) for r in data["rules"] for n in r.get("names", ())), key=lambda p: -len(p[0]))
+        #: ``torch.cuda.<sub>.<name>`` is judged as ``torch.cuda.<name>`` for these submodules: under the
+        #: shim their names are the same objects as torch.cuda's, with the same replacements
+        self.cuda_submodules = tuple(f"torch.cuda.{s}." for s in data.get("torch_cuda_submodules", ()))
         self.detectors: Dict[str, List[dict]] = {}
         for r in data["rules"]:
             if "detector" in r:
@@ -54,6 +57,10 @@ class RuleIndex:
 
     def match(self, name: str, kind: str) -> Optional[dict]:
         """The rule for the qualified ``name`` used as ``kind`` (import / call / use), or None."""
+        for sub in self.cuda_submodules:
+            if name.startswith(sub) and name != sub:
+                name = "torch.cuda." + name[len(sub):]
+                break
         for prefix, rule in self.prefixes:
             if name == prefix or name.startswith(prefix + "."):
                 if rule.get("strict_prefix") and name == prefix:

@@ -556,3 +556,19 @@ def test_framework_device_flags_meshes_and_device_ids(tmp_path):
     assert by_line[9].what.startswith("`init_device_mesh('cuda', ...)`") and "backend's device type" in by_line[9].what
     assert "keeps the Trainer on the CPU" in by_line[17].what and "use_cpu" in by_line[17].fix
     assert by_line[8].what.startswith("`init_process_group(device_id=torch.device('cuda', 0))`")
+
+
+def test_torch_cuda_submodules_are_judged_as_torch_cuda(tmp_path):
+    r = scan_src(tmp_path, """
+        import torch
+        from torch.cuda import random as cuda_random
+        state = torch.cuda.random.get_rng_state_all()
+        torch.cuda.random.manual_seed_all(0)
+        cuda_random.set_rng_state_all(state)
+        used = torch.cuda.memory.memory_allocated()
+        torch.cuda.memory._record_memory_history()
+        g = torch.cuda.graphs.CUDAGraph()
+    """)
+    assert hits(r) == {(7, "torch-cuda-other"), (8, "cuda-graphs")}
+    assert only(r, "torch-cuda-other").what.startswith("`torch.cuda.memory._record_memory_history`")
+
