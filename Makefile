@@ -1,5 +1,5 @@
 PY ?= python3
-.PHONY: setup demo test bench gpu-check corpus-cuda-torch zoo chaos
+.PHONY: setup demo test bench gpu-check corpus-cuda-torch zoo chaos frameworks
 setup:
 	bash scripts/setup.sh
 # the main job on the embedded defaults
@@ -21,6 +21,10 @@ corpus-cuda-torch:
 # $$HAL_ZOO_CACHE (default ~/.cache/hal/op_coverage-zoo)
 zoo:
 	$(PY) -m pytest -q -s -m zoo tests/op_coverage/test_zoo.py
+# framework recipes (Lightning, Hugging Face...) and long redirect matrices through hal run, on cpu
+# and emu: the runs too slow for the default one
+frameworks:
+	$(PY) -m pytest -q -m frameworks
 # the whole fault matrix of a 2-rank job under torchrun --max-restarts (CPU and emulator,
 # several seeds; about 10 minutes): docs/fault-tolerance.md
 chaos:
