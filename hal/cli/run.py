@@ -28,6 +28,9 @@ examples:
   HAL_RUN_QUIET=1 hal run train.py             no redirection lines (as --quiet)
   HAL_BACKEND=emu HAL_EMU_DEVICES=4 hal run train_4gpu.py
                                                a script that gates on device_count() >= 4
+  HAL_BACKEND=cpu HAL_CPU_DEVICES=2 hal run train.py
+                                               Trainer(accelerator="gpu", devices=2) on a CPU box:
+                                               two logical devices, both the CPU
 
 What is redirected: every torch call that takes a device (factories, .to, .cuda(),
 Module.to/cuda, with torch.device("cuda"), torch.Generator/Stream/Event, torch.load map
@@ -37,7 +40,9 @@ DDP device_ids, DataParallel, torch.compile on devices inductor lacks.  torch's 
 keeps seeing the real torch.cuda answers.  Each redirection is printed once per line of
 the script that made it (rank 0 only); numerics are never changed.  Whatever the script
 does, the summary is printed and the report written; the exit code is the script's
-(1 for an exception).  Not redirected: x.device == torch.device("cuda") (a tensor's
+(1 for an exception).  Python processes the script starts (subprocess, os.exec*,
+multiprocessing: Lightning's DDP ranks) run their script under the redirection too, and the
+report counts them with their exit codes; not a Python started with -I, -E, -c or -m.  Not redirected: x.device == torch.device("cuda") (a tensor's
 device is its true device), CUDA graphs, custom CUDA kernels.  Details and the
 idiom table: docs/redirect.md.
 """

@@ -350,9 +350,12 @@ def test_cuda_indices_map_to_the_emulators_devices(tmp_path):
 
 # -- processes the script spawns ----------------------------------------------------------------
 def test_hogwild_children_spawned_by_the_script_run_under_the_shim(tmp_path):
-    proc = hal_run("cpu", "--quiet", SCRIPTS / "hogwild.py", tmp_path / "out.json", timeout=300)
+    proc = hal_run("cpu", "--quiet", "--report", tmp_path / "report.json", SCRIPTS / "hogwild.py",
+                   tmp_path / "out.json", timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     r = json.loads((tmp_path / "out.json").read_text())
+    children = json.loads((tmp_path / "report.json").read_text())["children"]
+    assert [(c["kind"], c["status"], c["exit_code"]) for c in children] == [("multiprocessing", "ok", 0)] * 2
     assert r["parent_device"] == "cpu"
     # each child re-ran the script's top level under the shim (torch.cuda.is_available() -> True)
     assert r["children"] == {"0": {**r["children"]["0"], "available": True, "device": "cpu"},
