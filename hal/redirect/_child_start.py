@@ -59,7 +59,8 @@ def takes_over(script: str, internal=()) -> bool:
     """True for a script file the child runs under the redirection: a ``.py`` file outside
     torch's and hal's folders (``internal``)."""
     path = os.path.realpath(script)
-    return path.endswith(SCRIPT_SUFFIXES) and not any(path.startswith(d) for d in internal)
+    return path.endswith(SCRIPT_SUFFIXES) and not any(
+        path.startswith(os.path.join(os.path.realpath(d), "")) for d in internal)
 
 
 def _hal_here() -> "str | None":
@@ -141,4 +142,12 @@ def start() -> None:
         hal_run = ["--child", script, *args]
     sys.stdout.flush()
     sys.stderr.flush()
-    os.execv(sys.executable, [sys.executable, *options, "-m", "hal.redirect", *hal_run])
+    try:
+        os.execv(sys.executable, [sys.executable, *options, "-m", "hal.redirect", *hal_run])
+    except OSError:
+        if info.get("root") != os.getpid():
+            try:
+                os.remove(record_path(info["folder"], os.getpid()))  # it is not a child of the run after all
+            except OSError:
+                pass
+        raise
