@@ -110,7 +110,9 @@ def test_lightning_ddp_starts_rank_1_under_the_redirection(backend, tmp_path):
         pytest.xfail(f"emuccl: {EMUCCL_DEVICE_ID} (issue 20, item 8)")
     assert proc.returncode == 0, proc.stderr[-4000:]
     ranks = [json.loads((tmp_path / f"rank{i}.json").read_text()) for i in (0, 1)]
-    assert [(r["rank"], r["world_size"], r["step"], r["device"]) for r in ranks] == [(0, 2, 2, backend), (1, 2, 2, backend)]
+    devices = ["cpu", "cpu"] if backend == "cpu" else ["emu:0", "emu:1"]  # rank 1 on its own device
+    assert [(r["rank"], r["world_size"], r["step"], r["device"]) for r in ranks] == [(0, 2, 2, devices[0]),
+                                                                                   (1, 2, 2, devices[1])]
     assert ranks[0]["weights"] == ranks[1]["weights"]  # DDP kept the replicas in step
     children = json.loads((tmp_path / "report.json").read_text())["children"]
     assert [(c["local_rank"], c["status"], c["exit_code"]) for c in children] == [(1, "ok", 0)]

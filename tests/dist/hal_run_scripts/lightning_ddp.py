@@ -19,6 +19,7 @@ class Tiny(L.LightningModule):
 
     def training_step(self, batch, batch_idx):
         x, y = batch
+        self.batch_device = str(x.device)  # Lightning moves the module back to the CPU when fit ends
         loss = torch.nn.functional.mse_loss(self.net(x), y)
         self.log("loss", loss)
         return loss
@@ -37,5 +38,5 @@ if __name__ == "__main__":
     trainer.fit(model, DataLoader(ds, batch_size=8))
     with open(os.path.join(sys.argv[1], f"rank{trainer.global_rank}.json"), "w") as f:
         json.dump({"rank": trainer.global_rank, "world_size": trainer.world_size, "step": trainer.global_step,
-                   "device": next(model.parameters()).device.type,
-                   "weights": [round(float(v), 6) for v in model.net.weight.flatten()]}, f)
+                   "device": model.batch_device,
+                   "weights": [round(float(v), 6) for v in model.net.weight.detach().flatten()]}, f)
