@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 
+from hal._errors import HalError
 from hal.util.io import atomic_write
 from hal.util.term import paint, print_json, use_color
 
@@ -134,9 +135,13 @@ def _run_child(args) -> int:
     """A child process of a hal run script: the script runs under the redirection, silently; its end
     is recorded for the parent's report; a failure is printed (traceback and one line)."""
     logging.getLogger("hal.redirect").setLevel(logging.ERROR)
-    from hal.redirect import run_script
+    from hal.redirect import _children, run_script
 
-    report = run_script(args.script, args.args)
+    try:
+        report = run_script(args.script, args.args)
+    except HalError:  # the redirection could not start (a wrong setting): hal's error, as hal run's
+        _children.record_exit(3, {"type": "HalError", "where": None}, None, 0.0, script=args.script, argv=args.args)
+        raise
     if report["status"] != "ok":
         err = report.get("error")
         if err is not None:

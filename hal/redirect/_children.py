@@ -114,14 +114,16 @@ def record_start(kind: str, script: str, argv: Sequence[str] = ()) -> None:
 def record_exit(exit_code: int, error: Optional[dict], log, duration_s: float,
                 kind: str = "subprocess", script: str = "", argv: Sequence[str] = ()) -> None:
     """Record how this child ended in its run's folder (nothing outside a run): the exit code,
-    the error's type and the user's line, how many redirections it made."""
+    the error's type and the user's line, how many redirections it made (``log``: its
+    :class:`hal.redirect.RedirectLog`, None when it never started)."""
     info = run_info()
     if info is None:
         return
     record = read_record(info["folder"], os.getpid()) or new_record(kind, script, argv)
     record.update(status="ok" if exit_code == 0 else "failed", exit_code=exit_code,
                   error={"type": error["type"], "where": error.get("where")} if error else None,
-                  redirected=len(log.rows("redirected")), not_redirected=len(log.rows("not_redirected")),
+                  redirected=len(log.rows("redirected")) if log is not None else 0,
+                  not_redirected=len(log.rows("not_redirected")) if log is not None else 0,
                   duration_s=round(duration_s, 3))
     write_record(info["folder"], os.getpid(), record)
 
