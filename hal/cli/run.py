@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 
+from hal._errors import HalError
 from hal.util.io import atomic_write
 from hal.util.term import paint, print_json, use_color
 
@@ -23,11 +24,14 @@ examples:
   hal run --nproc-per-node 2 --max-restarts 3 train_ddp.py
                                                torchrun restarts the group when a rank dies,
                                                hangs past its timeout or raises
-  hal run --report run.json train.py           write the run report (schema hal.run/2)
+  hal run --report run.json train.py           write the run report (schema hal.run/3)
   hal run --json train.py                      print the run report as JSON at the end
   HAL_RUN_QUIET=1 hal run train.py             no redirection lines (as --quiet)
   HAL_BACKEND=emu HAL_EMU_DEVICES=4 hal run train_4gpu.py
                                                a script that gates on device_count() >= 4
+  HAL_BACKEND=cpu HAL_CPU_DEVICES=2 hal run train.py
+                                               Trainer(accelerator="gpu", devices=2) on a CPU box:
+                                               two logical devices, both the CPU
 
 What is redirected: every torch call that takes a device (factories, .to, .cuda(),
 Module.to/cuda, with torch.device("cuda"), torch.Generator/Stream/Event, torch.load map
@@ -37,7 +41,9 @@ DDP device_ids, DataParallel, torch.compile on devices inductor lacks.  torch's 
 keeps seeing the real torch.cuda answers.  Each redirection is printed once per line of
 the script that made it (rank 0 only); numerics are never changed.  Whatever the script
 does, the summary is printed and the report written; the exit code is the script's
-(1 for an exception).  Not redirected: x.device == torch.device("cuda") (a tensor's
+(1 for an exception).  Python processes the script starts (subprocess, os.exec*,
+multiprocessing: Lightning's DDP ranks) run their script under the redirection too, and the
+report counts them with their exit codes; not a Python started with -I, -E, -c or -m.  Not redirected: x.device == torch.device("cuda") (a tensor's
 device is its true device), CUDA graphs, custom CUDA kernels.  Details and the
 idiom table: docs/redirect.md.
 """
@@ -58,6 +64,8 @@ def add_parser(sub):
     p.add_argument("--quiet", action="store_true",
                    help=f"do not print redirections as they happen (also {QUIET_ENV}=1); "
                         f"the one-line summary stays")
+    # a child process of a hal run script, re-executed by hal/redirect/_child_start.py: silent, no report
+    p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     p.set_defaults(run=run)
 
 
@@ -94,10 +102,55 @@ def _summary(report: dict) -> str:
         head += ")"
     head += (f", {len(report['redirected'])} redirection(s), "
              f"{len(report['not_redirected'])} call(s) not redirected")
+    if report.get("children"):
+        codes = [str(c["exit_code"]) if c["exit_code"] is not None else c["status"] for c in report["children"]]
+        n = len(codes)
+        head += f", {n} child process{'es' if n > 1 else ''} (exit code{'s' if n > 1 else ''} {', '.join(codes)})"
     if report["fallbacks"]:
         head += (f", {len(report['fallbacks'])} op(s) fell back: " +
                  ", ".join(f"{r['op']} ({r['route']} x{r['count']})" for r in report["fallbacks"][:8]))
     return head
+
+
+def _device_count_hint(report: dict) -> "str | None":
+    """For a script that failed on the cpu backend after torch.cuda.device_count() answered 1
+    (a multi-GPU recipe refusing to start): how to show it more devices."""
+    if report["status"] == "ok" or report["device_type"] != "cpu":
+        return None
+    for row in report["redirected"]:
+        if row["call"] == "torch.cuda.device_count" and row["detail"].startswith("1 "):
+            return (f"hal run: torch.cuda.device_count() answered 1 at {row['where']}: on the cpu backend "
+                    f"HAL_CPU_DEVICES=N shows N logical devices (all the one CPU), e.g. "
+                    f"HAL_CPU_DEVICES=2 for Trainer(devices=2); or HAL_BACKEND=emu (emulated devices, 8 by default)")
+    return None
+
+
+def _options(args) -> list:
+    """The hal run options a script keeps when it replaces its process with os.exec*."""
+    out = ["--report", os.path.abspath(args.report)] if args.report else []
+    return out + (["--json"] if args.json else []) + (["--quiet"] if args.quiet else [])
+
+
+def _run_child(args) -> int:
+    """A child process of a hal run script: the script runs under the redirection, silently; its end
+    is recorded for the parent's report; a failure is printed (traceback and one line)."""
+    logging.getLogger("hal.redirect").setLevel(logging.ERROR)
+    from hal.redirect import _children, run_script
+
+    try:
+        report = run_script(args.script, args.args)
+    except HalError:  # the redirection could not start (a wrong setting): hal's error, as hal run's
+        _children.record_exit(3, {"type": "HalError", "where": None}, None, 0.0, script=args.script, argv=args.args)
+        raise
+    if report["status"] != "ok":
+        err = report.get("error")
+        if err is not None:
+            sys.stderr.write(err["traceback"])
+        ranks = [f"{k}={os.environ[k]}" for k in ("RANK", "LOCAL_RANK") if k in os.environ]
+        summary = _summary(report).replace("hal run: ", f"hal run: child process {os.getpid()}"
+                                           f"{' (' + ', '.join(ranks) + ')' if ranks else ''}: ", 1)
+        print(paint(summary, "red", use_color(sys.stderr)), file=sys.stderr)
+    return int(report["exit_code"])
 
 
 def run(args) -> int:
@@ -107,6 +160,8 @@ def run(args) -> int:
         return 2
     if args.nproc_per_node:
         return _launch(args)
+    if args.child:
+        return _run_child(args)
     log = logging.getLogger("hal.redirect")
     if _quiet(args):
         log.setLevel(logging.ERROR)
@@ -118,7 +173,7 @@ def run(args) -> int:
         log.propagate = False
     from hal.redirect import run_script
 
-    report = run_script(args.script, args.args)
+    report = run_script(args.script, args.args, _options(args))
     err = report.get("error")
     if err is not None:
         sys.stderr.write(err["traceback"])
@@ -130,4 +185,7 @@ def run(args) -> int:
             print_json(report)
         print(paint(_summary(report), "cyan" if report["status"] == "ok" else "red", use_color(sys.stderr)),
               file=sys.stderr)
+        hint = _device_count_hint(report)
+        if hint:
+            print(hint, file=sys.stderr)
     return int(report["exit_code"])

@@ -31,7 +31,8 @@ that ``_enable`` installs them on:
   ``memory``, ``streams`` ... and ``torch.backends.cuda`` answer as ``torch.cuda`` does);
 - ``_amp``, ``_load``, ``_dist``, ``_compile``, ``_children``: autocast and GradScaler,
   ``torch.load`` map locations, process groups / DDP / DataParallel, ``torch.compile``,
-  multiprocessing children;
+  child processes (multiprocessing's, and any Python that runs a script file: ``_child_start``
+  and ``_site/sitecustomize.py`` start them under the shim);
 - ``_log`` (what was redirected, at the user's line) and ``_run`` (a script file under it, with its report).
 
 ``hal.transfer`` is the old name of this package (kept for one release, with a warning).

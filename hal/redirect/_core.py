@@ -3,11 +3,13 @@ patches and their undo, the log) and :func:`active`.  The parts import this; ``_
 """
 from __future__ import annotations
 
+import os
 import threading
 from typing import Any, List, Optional, Tuple
 
 import torch
 
+from hal._errors import HalError
 from hal.redirect._log import RedirectLog
 
 _MISSING = object()
@@ -25,6 +27,34 @@ def is_cuda_like(dev) -> bool:
     return c is int
 
 
+#: how many logical devices ``torch.cuda.device_count()`` shows on the cpu backend
+CPU_DEVICES_ENV = "HAL_CPU_DEVICES"
+
+
+def cpu_device_count(env=os.environ) -> Tuple[int, str]:
+    """The CUDA device count a script sees on the cpu backend, and where it comes from:
+    ``HAL_CPU_DEVICES`` when set, else ``LOCAL_WORLD_SIZE`` (one logical device per local rank,
+    under torchrun), else 1.  Every logical device is the one CPU (docs/redirect.md, "Devices")."""
+    raw = env.get(CPU_DEVICES_ENV, "").strip()
+    if raw:
+        try:
+            n = int(raw)
+        except ValueError:
+            n = 0
+        if n < 1:
+            raise HalError(f"{CPU_DEVICES_ENV}={raw!r}: expected a whole number >= 1 of logical cpu devices for "
+                           f"torch.cuda.device_count() to show (e.g. {CPU_DEVICES_ENV}=2 for "
+                           f"Trainer(devices=2)); unset it for one device")
+        return n, f"{CPU_DEVICES_ENV}={n}"
+    try:
+        local = int(env.get("LOCAL_WORLD_SIZE", ""))
+    except ValueError:
+        local = 0
+    if local > 1:
+        return local, f"one per local rank, LOCAL_WORLD_SIZE={local}"
+    return 1, f"one logical device; {CPU_DEVICES_ENV}=N shows N"
+
+
 class Redirection:
     """The redirections in force inside :func:`enable`; ``log`` records what happened."""
 
@@ -32,8 +62,11 @@ class Redirection:
         self.backend = backend
         self.device_type = backend.device_type
         self.log = RedirectLog()
-        #: device count of the backend, read once (1 on the CPU)
-        self.count = 1 if self.device_type == "cpu" else max(1, int(backend.device_count()))
+        #: device count of the backend, read once (on the CPU: :func:`cpu_device_count`), and why
+        if self.device_type == "cpu":
+            self.count, self.count_source = cpu_device_count()
+        else:
+            self.count, self.count_source = max(1, int(backend.device_count())), f"{backend.name} device count"
         self._undo: List[Tuple[Any, str, Any]] = []
         self._cpu = torch.device("cpu")
 

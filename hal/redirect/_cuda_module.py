@@ -68,7 +68,7 @@ def _install_devices(t: Redirection) -> None:
         return True
 
     def device_count():
-        t.log.redirected("torch.cuda.device_count", f"{t.count} ({b.name} device count)")
+        t.log.redirected("torch.cuda.device_count", f"{t.count} ({t.count_source})")
         return t.count
 
     def current_device():

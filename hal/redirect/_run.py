@@ -12,7 +12,7 @@ from hal._errors import HalError
 from hal.util.frames import STDLIB, is_internal, short_path, torch_context, user_site
 
 #: version of the run report; see docs/redirect.md ("The run report")
-SCHEMA = "hal.run/2"
+SCHEMA = "hal.run/3"
 
 
 def _env_int(name: str, default: int) -> int:
@@ -85,10 +85,10 @@ def _install_fallback():
         return fallback.InstallReport(False, f"hal.fallback.install() failed: {type(exc).__name__}: {exc}")
 
 
-def run_script(path: str, argv: Sequence[str] = ()) -> dict:
+def run_script(path: str, argv: Sequence[str] = (), options: Sequence[str] = ()) -> dict:
     """Run ``path`` as ``__main__`` with ``argv`` inside :func:`hal.redirect.enable`.
 
-    Never raises for what the script does: returns the run report (schema ``hal.run/2``,
+    Never raises for what the script does: returns the run report (schema ``hal.run/3``,
     documented in docs/redirect.md) with ``status`` ``"ok"`` or ``"failed"``, the exit code the
     script would have had (0; the ``SystemExit`` code; 1 for an exception; 130 for Ctrl-C),
     ``error`` (type, message, the user's ``file:line``, the traceback from the script's first
@@ -97,7 +97,12 @@ def run_script(path: str, argv: Sequence[str] = ()) -> dict:
     :meth:`hal.plugin.backend.Backend.fallback_report`, empty where the device counts none), and the
     decompositions :mod:`hal.fallback` installed before the script ran and used
     (``fallback_decompositions``: op, count).
-    Processes the script spawns with multiprocessing run under the shim too.
+    Processes the script starts run under the shim too: multiprocessing's, and every Python
+    that runs a script file (``subprocess``, ``os.exec*``); ``children`` has one row per child
+    (its exit code, how many redirections it made), waited for up to
+    :data:`hal.redirect._children.WAIT_S` seconds after the script ends.  ``options`` are the
+    ``hal run`` options the script keeps if it replaces this process with ``os.exec*``.  Run in
+    such a child, it records its own end for the parent's report instead.
     """
     from hal.plugin.registry import get_registry
     from hal.redirect import _children
@@ -116,7 +121,7 @@ def run_script(path: str, argv: Sequence[str] = ()) -> dict:
     fallback_install = None
     try:
         with enable(cand.backend) as t:
-            _children.install(t, path)
+            children = _children.install(t, path, options)
             _announce_fallbacks(cand.backend, t.log.echo)
             fallback_install = _install_fallback()
             from hal.util import exit as _exit
@@ -133,6 +138,12 @@ def run_script(path: str, argv: Sequence[str] = ()) -> dict:
                 exit_code, error = 1, _error(exc, path)
     finally:
         sys.argv, sys.path[:] = old_argv, old_path
+    duration = time.monotonic() - start
+    if children.root:
+        child_rows = children.collect()
+    else:
+        _children.record_exit(exit_code, error, t.log, duration, script=path, argv=argv)
+        child_rows = []
     fallbacks = cand.backend.fallback_report()
     from hal import fallback as _fallback
     decompositions = _fallback.report()
@@ -141,10 +152,11 @@ def run_script(path: str, argv: Sequence[str] = ()) -> dict:
         "rank": _env_int("RANK", 0), "world_size": _env_int("WORLD_SIZE", 1),
         "backend": cand.name, "device_type": cand.spec.device_type,
         "status": "ok" if exit_code == 0 else "failed", "exit_code": exit_code, "error": error,
-        "duration_s": round(time.monotonic() - start, 3),
+        "duration_s": round(duration, 3),
         "redirected": t.log.rows("redirected"), "not_redirected": t.log.rows("not_redirected"),
         "fallbacks": fallbacks,
         "fallback_decompositions": decompositions,
         "fallback_install": (fallback_install.to_dict() | {"installed": len(fallback_install.installed)}
                              if fallback_install is not None else None),
+        "children": child_rows,
     }

@@ -330,6 +330,9 @@ def test_redirections_are_printed_at_the_users_line_and_can_be_silenced(tmp_path
 def test_multi_gpu_gate_on_cpu_sees_one_device_and_exits_as_the_script_says(tmp_path):
     proc = hal_run("cpu", "--quiet", SCRIPTS / "multi_device.py", tmp_path / "out.json")
     assert proc.returncode == 1 and "needs 4 GPUs, found 1" in proc.stderr
+    # and is told how to show it more (HAL_CPU_DEVICES: tests/dist/test_hal_run_children.py)
+    assert ("hal run: torch.cuda.device_count() answered 1 at multi_device.py:15: on the cpu backend "
+            "HAL_CPU_DEVICES=N shows N logical devices") in proc.stderr
     assert json.loads((tmp_path / "out.json").read_text()) == {"count": 1}
 
 
@@ -347,9 +350,12 @@ def test_cuda_indices_map_to_the_emulators_devices(tmp_path):
 
 # -- processes the script spawns ----------------------------------------------------------------
 def test_hogwild_children_spawned_by_the_script_run_under_the_shim(tmp_path):
-    proc = hal_run("cpu", "--quiet", SCRIPTS / "hogwild.py", tmp_path / "out.json", timeout=300)
+    proc = hal_run("cpu", "--quiet", "--report", tmp_path / "report.json", SCRIPTS / "hogwild.py",
+                   tmp_path / "out.json", timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     r = json.loads((tmp_path / "out.json").read_text())
+    children = json.loads((tmp_path / "report.json").read_text())["children"]
+    assert [(c["kind"], c["status"], c["exit_code"]) for c in children] == [("multiprocessing", "ok", 0)] * 2
     assert r["parent_device"] == "cpu"
     # each child re-ran the script's top level under the shim (torch.cuda.is_available() -> True)
     assert r["children"] == {"0": {**r["children"]["0"], "available": True, "device": "cpu"},

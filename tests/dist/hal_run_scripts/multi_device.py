@@ -28,6 +28,7 @@ def main():
     r["after_context"] = torch.cuda.current_device()
     r["module"] = str(torch.nn.Linear(2, 2).cuda(3).weight.device)
     r["name3"] = torch.cuda.get_device_name(3)
+    r["plain"] = type(torch.zeros(1, device="cuda:3")) is torch.Tensor
     with open(out, "w") as f:
         json.dump(r, f)
 
