@@ -162,10 +162,10 @@ def install(t: Redirection, script: str, options: Sequence[str] = ()) -> Childre
     info = run_info()
     if info is not None and os.path.isdir(info["folder"]):
         return Children(info["folder"], root=info.get("root") == os.getpid())
-    from hal.util.frames import _internal_dirs  # the rule of "torch's and hal's own files", as a child can test it
+    from hal.util.frames import internal_dirs  # the rule of "torch's and hal's own files", as a child can test it
     folder = tempfile.mkdtemp(prefix="hal-run-children-")
     _set_env(t, ENV_RUN, json.dumps({"folder": folder, "backend": t.backend.name, "root": os.getpid(),
-                                     "options": list(options), "internal": list(_internal_dirs())}))
+                                     "options": list(options), "internal": list(internal_dirs())}))
     path = os.environ.get("PYTHONPATH")
     _set_env(t, "PYTHONPATH", os.pathsep.join([SITE, path]) if path else SITE)
     return Children(folder, root=True)

@@ -38,7 +38,8 @@ def from_inside(depth: int = 2) -> bool:
 
 
 @functools.lru_cache(maxsize=1)
-def _internal_dirs() -> tuple:
+def internal_dirs() -> tuple:
+    """The folders of torch's, hal's and op_coverage's own files (each ending in the path separator)."""
     import torch
 
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # .../hal
@@ -49,7 +50,7 @@ def _internal_dirs() -> tuple:
 def is_internal_file(path: str) -> bool:
     """The same rule for a file name alone (a traceback's text): torch's, hal's or op_coverage's file,
     or frozen import machinery."""
-    return path.startswith("<") or path.startswith(_internal_dirs())
+    return path.startswith("<") or path.startswith(internal_dirs())
 
 
 def is_user(frame: FrameType) -> bool:
