@@ -19,19 +19,20 @@ from typing import Dict
 import torch
 from torch.overrides import TorchFunctionMode
 
-LOWER, FP32, PROMOTE = "lower_precision", "fp32", "promote"
+LOWER, FP32, PROMOTE, NATIVE = "lower_precision", "fp32", "promote", "native"
 _LOW = (torch.float16, torch.bfloat16)
 
 
 @functools.lru_cache(maxsize=1)
 def cuda_policy() -> Dict[str, str]:
     """Op name (aten name, or the Python name a script calls) -> ``lower_precision`` / ``fp32``
-    / ``promote``: CUDA's autocast lists, read from the data file."""
+    / ``promote`` (CUDA's autocast lists) or ``native`` (left in the input dtype by CUDA, run in
+    float32 by the CPU's autocast), read from the data file."""
     data = json.loads(resources.files("hal").joinpath("data", "torch", "cuda_autocast_policy.json")
                       .read_text(encoding="utf-8"))
     policy = {}
     for kind, lists in ((LOWER, ("lower_precision",)), (FP32, ("fp32", "fp32_set_opt_dtype", "fp32_append_dtype")),
-                        (PROMOTE, ("promote",))):
+                        (PROMOTE, ("promote",)), (NATIVE, ("cpu_fp32_not_cuda",))):
         for key in lists:
             policy.update(dict.fromkeys(data[key], kind))
     for name, op in data["python_names"].items():
@@ -57,6 +58,9 @@ def _widest(args, kwargs):
     return wide
 
 
+_autocast_off = torch._C._DisableAutocast
+
+
 class CudaAutocastPolicy(TorchFunctionMode):
     """The mode pushed while a redirected ``autocast("cuda")`` is entered on the cpu backend."""
 
@@ -69,7 +73,9 @@ class CudaAutocastPolicy(TorchFunctionMode):
         kind = self.policy.get(getattr(func, "__name__", None))
         if kind is None or not torch.is_autocast_enabled("cpu"):
             return func(*args, **kwargs)
-        if kind == FP32:
+        if kind == NATIVE:
+            pass
+        elif kind == FP32:
             if any(isinstance(o, torch.Tensor) and o.dtype in _LOW for o in (*args, *kwargs.values())):
                 args, kwargs = _cast(args, torch.float32), {k: _cast(v, torch.float32) for k, v in kwargs.items()}
         elif kind == LOWER:
@@ -79,4 +85,5 @@ class CudaAutocastPolicy(TorchFunctionMode):
             wide = _widest(args, kwargs)
             if wide is not None:
                 args, kwargs = _cast(args, wide), {k: _cast(v, wide) for k, v in kwargs.items()}
-        return func(*args, **kwargs)
+        with _autocast_off():  # the inputs are CUDA's now: no second cast by the CPU's own lists
+            return func(*args, **kwargs)
