@@ -17,17 +17,39 @@ from hal.redirect._core import Redirection
 def install(t: Redirection) -> None:
     """Map the ``"cuda"`` device type of autocast, GradScaler and custom_fwd/bwd to the backend's."""
     ac = torch.amp.autocast_mode.autocast
-    orig_init = ac.__init__
+    orig_init, orig_enter, orig_exit = ac.__init__, ac.__enter__, ac.__exit__
+    cuda_policy = t.device_type == "cpu"  # the emulator's autocast has CUDA's lists already
 
     def init(self, device_type, dtype=None, enabled=True, cache_enabled=None):
+        self._hal_policy = None
         if device_type == "cuda":
             if dtype is None:
                 dtype = torch.float16  # CUDA's autocast default, kept: no silent dtype change
-            t.log.redirected("torch.autocast('cuda')", f"torch.autocast({t.device_type!r}, dtype={dtype})")
+            t.log.redirected("torch.autocast('cuda')", f"torch.autocast({t.device_type!r}, dtype={dtype})"
+                             + (" with CUDA's op lists" if cuda_policy else ""))
             device_type = t.device_type
+            if cuda_policy and enabled:
+                from hal.redirect._autocast_policy import CudaAutocastPolicy
+                self._hal_policy = CudaAutocastPolicy()
         orig_init(self, device_type, dtype=dtype, enabled=enabled, cache_enabled=cache_enabled)
 
+    def enter(self):
+        out = orig_enter(self)
+        policy = getattr(self, "_hal_policy", None)
+        if policy is not None:
+            policy.__enter__()
+        return out
+
+    def exit(self, *exc):
+        policy = getattr(self, "_hal_policy", None)
+        if policy is not None:
+            policy.__exit__(*exc)
+        return orig_exit(self, *exc)
+
     t.patch(ac, "__init__", marked(init, orig_init))
+    if cuda_policy:
+        t.patch(ac, "__enter__", marked(enter, orig_enter))
+        t.patch(ac, "__exit__", marked(exit, orig_exit))
 
     gs = torch.amp.GradScaler
     orig_gs = gs.__init__

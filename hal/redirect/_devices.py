@@ -35,6 +35,8 @@ NAMESPACES = (("fft_", "fft"), ("linalg_", "linalg"), ("special_", "special"), (
 #: (owner path, attribute, positional index of the device or None)
 PYTHON_LEVEL = (("torch", "asarray", None), ("torch.Tensor", "new_tensor", None),
                 ("torch.nested", "nested_tensor", None), ("torch.nested", "as_nested_tensor", None))
+#: the Python-level ones of those that take ``pin_memory`` (the schema'd ones are read from torch)
+PYTHON_LEVEL_PINNED = ("tensor", "as_tensor")
 #: calls that have their own wrapper below (not the generic one)
 OWN_WRAPPER = {("torch.Tensor", "to"), ("torch.Tensor", "pin_memory"), ("torch.Tensor", "is_pinned"),
                ("torch", "Generator")}
@@ -58,6 +60,13 @@ def schema_device_ops() -> Dict[str, Optional[int]]:
                 if name not in found or found[name] is None:
                     found[name] = pos
     return found
+
+
+@functools.lru_cache(maxsize=1)
+def schema_pin_memory_ops() -> frozenset:
+    """aten op names whose schema has a ``pin_memory`` argument (the tensor factories)."""
+    return frozenset(s.name.partition("::")[2] for s in torch._C._jit_get_all_schemas()
+                     if s.name.startswith("aten::") and any(a.name == "pin_memory" for a in s.arguments))
 
 
 def _owner_path(owner) -> str:
@@ -113,7 +122,27 @@ def marked(fn: Callable, orig: Callable) -> Callable:
     return fn
 
 
-def _wrap_device_arg(t: Redirection, fn: Callable, label: str, pos: Optional[int]) -> Callable:
+def _wrap_device_arg(t: Redirection, fn: Callable, label: str, pos: Optional[int],
+                     unpinned: bool = False) -> Callable:
+    """``fn`` with its device argument mapped; ``unpinned``: also with ``pin_memory=True``
+    dropped (the cpu backend's factories: no device to pin host memory for, as with
+    ``Tensor.pin_memory()`` there)."""
+    call = _wrap_device_only(t, fn, label, pos)
+    if not unpinned:
+        return call
+    inner = call
+
+    def call(*args, **kwargs):
+        if kwargs and kwargs.get("pin_memory"):
+            kwargs["pin_memory"] = False
+            t.log.not_redirected(f"{label}(pin_memory=True)", f"{t.backend.name}: no device to pin host memory "
+                                 f"for; an ordinary tensor is made (values unchanged)")
+        return inner(*args, **kwargs)
+
+    return marked(call, fn)
+
+
+def _wrap_device_only(t: Redirection, fn: Callable, label: str, pos: Optional[int]) -> Callable:
     redirect = t.redirect
     if pos is None:
         def call(*args, **kwargs):
@@ -162,6 +191,7 @@ def _warm_torch_tables() -> None:
 
 def _install_generic(t: Redirection) -> None:
     _warm_torch_tables()
+    pin_ops = schema_pin_memory_ops()
     seen = set()
     for owner, attr, pos, op in device_calls():
         key = (_owner_path(owner), attr)
@@ -172,7 +202,8 @@ def _install_generic(t: Redirection) -> None:
         if isinstance(orig, type) or is_wrapped(orig):
             continue
         label = f"{_owner_path(owner).replace('torch.Tensor', 'Tensor')}.{attr}"
-        wrapper = _wrap_device_arg(t, orig, label, pos)
+        wrapper = _wrap_device_arg(t, orig, label, pos, unpinned=t.device_type == "cpu" and (
+            op in pin_ops or attr in PYTHON_LEVEL_PINNED))
         t.patch(owner, attr, wrapper)
         if op is not None and owner is not torch.Tensor:
             _register_jit_builtin(t, wrapper, f"aten::{op}")

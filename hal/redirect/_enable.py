@@ -8,8 +8,8 @@ from hal.redirect._core import Redirection, _active, _lock, active
 
 def _install(t: Redirection) -> None:
     # the parts import torch's distributed, amp and compile modules: only when a redirection starts
-    from hal.redirect import _amp, _compile, _cuda_module, _devices, _dist, _load
-    for part in (_devices, _cuda_module, _amp, _load, _dist, _compile):
+    from hal.redirect import _amp, _compile, _cuda_module, _device_types, _devices, _dist, _load
+    for part in (_devices, _device_types, _cuda_module, _amp, _load, _dist, _compile):
         part.install(t)
 
 
@@ -21,7 +21,9 @@ def enable(backend=None):
     ``Module.to/cuda``, ``with torch.device("cuda")``, generators, streams, events,
     ``torch.load`` map locations), answers ``torch.cuda.*`` for the backend (count, current
     device, properties, synchronize, memory, RNG, streams, events), and redirects
-    ``torch.autocast("cuda")``, ``GradScaler("cuda")``, ``init_process_group("nccl")``,
+    ``torch.autocast("cuda")`` (on the cpu backend with CUDA's op lists), ``GradScaler("cuda")``,
+    the calls taking a device type (``init_device_mesh("cuda")``, ``torch.get_device_module``),
+    ``pin_memory=True`` of factories where nothing is pinned, ``init_process_group("nccl")``,
     DDP's ``device_ids`` and ``DataParallel``.  ``torch.device("cuda")`` objects stay what
     they are; the calls that take them map them.  torch's own code keeps seeing the real
     ``torch.cuda`` / ``torch.accelerator`` answers.  Nothing changes numerics: dtypes are

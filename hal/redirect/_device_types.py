@@ -1,0 +1,117 @@
+"""The torch calls that take a device *type* string (``"cuda"``), each wrapped to pass the
+backend's type instead: ``init_device_mesh("cuda", ...)`` / ``DeviceMesh("cuda", ...)`` (a cpu
+mesh over gloo on the cpu backend, an ``emu`` mesh on the emulator), ``torch.get_device_module``,
+``torch.amp.is_autocast_available``, ``torch.random.fork_rng(device_type=)``,
+``torch.utils.checkpoint.set_device_states`` and the autocast-state builtins
+(``torch.is_autocast_enabled("cuda")`` ...).  ``torch.autocast`` / ``GradScaler`` /
+``custom_fwd`` are in :mod:`hal.redirect._amp`; ``torch.Stream/Event/Generator(device=)`` in
+:mod:`hal.redirect._devices`.  tests/unit/test_redirect_device_types.py walks torch's public
+modules for ``device_type`` parameters so that none is missed.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Optional
+
+import torch
+
+from hal.redirect._core import Redirection
+from hal.redirect._devices import is_wrapped, marked
+from hal.util.frames import from_inside
+
+#: (module, attribute [Class.method], positional index of the type, keyword name, default is "cuda")
+DEVICE_TYPE_CALLS = (
+    ("torch.distributed.device_mesh", "init_device_mesh", 0, "device_type", False),
+    ("torch.distributed.device_mesh", "DeviceMesh.__init__", 1, "device_type", False),
+    ("torch.amp.autocast_mode", "is_autocast_available", 0, "device_type", False),
+    ("torch.random", "fork_rng", 4, "device_type", True),
+    ("torch.utils.checkpoint", "set_device_states", None, "device_type", False),
+    ("torch", "is_autocast_enabled", 0, "device_type", False),
+    ("torch", "get_autocast_dtype", 0, "device_type", False),
+    ("torch", "set_autocast_dtype", 0, "device_type", False),
+    ("torch", "set_autocast_enabled", 0, "device_type", False),
+)
+#: calls left alone on the cpu backend: the CPU generator they would fork or set is the
+#: device's own, which torch forks and sets anyway (``torch.cpu`` has no RNG functions);
+#: ``fork_rng`` there forks no CUDA device (``devices=[]``)
+CPU_KEEPS = ("fork_rng", "set_device_states")
+#: the modules a script reaches those calls from (the same function objects, re-exported)
+RE_EXPORTS = ("torch.distributed", "torch.distributed.tensor", "torch.amp", "torch")
+
+
+def _is_cuda_type(value) -> bool:
+    return value.__class__ is str and (value == "cuda" or value.startswith("cuda:"))
+
+
+def _wrap(t: Redirection, fn, label: str, pos: Optional[int], kw: str, cuda_default: bool):
+    target = t.device_type
+
+    def call(*args, **kwargs):
+        if pos is not None and len(args) > pos:
+            if _is_cuda_type(args[pos]):
+                t.log.redirected(f"{label}({args[pos]!r})", f"{label}({target!r})")
+                args = args[:pos] + (target,) + args[pos + 1:]
+        elif kw in kwargs:
+            if _is_cuda_type(kwargs[kw]):
+                t.log.redirected(f"{label}({kw}={kwargs[kw]!r})", f"{label}({kw}={target!r})")
+                kwargs[kw] = target
+        elif cuda_default:
+            kwargs[kw] = target
+        return fn(*args, **kwargs)
+
+    return marked(call, fn)
+
+
+def _install_get_device_module(t: Redirection) -> None:
+    orig = torch.get_device_module
+
+    def get_device_module(device=None):
+        # torch's own callers (fork_rng, checkpoint) keep their answer, as with torch.cuda
+        if device is not None and not from_inside(2) and (_is_cuda_type(device) or (isinstance(device, torch.device)
+                                                              and device.type == "cuda")):
+            t.log.redirected(f"torch.get_device_module({device!r})", f"torch.get_device_module({t.device_type!r})")
+            device = t.device_type
+        return orig(device)
+
+    t.patch(torch, "get_device_module", marked(get_device_module, orig))
+
+
+def install(t: Redirection) -> None:
+    """Wrap every call of :data:`DEVICE_TYPE_CALLS` (and where torch re-exports it) and
+    ``torch.get_device_module``."""
+    for modname, attr, pos, kw, cuda_default in DEVICE_TYPE_CALLS:
+        try:
+            owner = importlib.import_module(modname)
+        except ImportError:  # a torch built without distributed
+            continue
+        if t.device_type == "cpu" and attr in CPU_KEEPS:
+            continue
+        cls_name, _, meth = attr.rpartition(".")
+        if cls_name:
+            owner = getattr(owner, cls_name, None)
+        orig = getattr(owner, meth or attr, None) if owner is not None else None
+        if orig is None or is_wrapped(orig):
+            continue
+        wrapper = _wrap(t, orig, f"{modname.replace('torch.distributed.device_mesh', 'torch.distributed')}."
+                                 f"{attr.replace('.__init__', '')}", pos, kw, cuda_default)
+        t.patch(owner, meth or attr, wrapper)
+        if cls_name:
+            continue
+        for alias in RE_EXPORTS:
+            mod = importlib.import_module(alias)
+            if mod.__name__ != modname and getattr(mod, attr, None) is orig:
+                t.patch(mod, attr, wrapper)
+    _install_get_device_module(t)
+    if t.device_type == "cpu":
+        _install_cpu_fork_rng(t)
+
+
+def _install_cpu_fork_rng(t: Redirection) -> None:
+    orig = torch.random.fork_rng
+
+    def fork_rng(devices=None, enabled=True, _caller="fork_rng", _devices_kw="devices", device_type="cuda"):
+        if _is_cuda_type(device_type):  # the CPU generator is the device's: forked with devices=[]
+            devices = []
+        return orig(devices, enabled, _caller, _devices_kw, device_type)
+
+    t.patch(torch.random, "fork_rng", marked(fork_rng, orig))

@@ -1,0 +1,29 @@
+"""A CUDA script's device-type strings and pinned factories (issue 20, items 3-4): writes what it
+saw to argv[1] (rank r > 0: argv[1].r)."""
+import json
+import os
+import sys
+
+import safetensors.torch as st
+import torch
+import torch.distributed as dist
+from torch.distributed.device_mesh import init_device_mesh
+
+rank = int(os.environ.get("RANK", "0"))
+out = {"device_module": torch.get_device_module("cuda").__name__,
+       "autocast_available": torch.amp.is_autocast_available("cuda")}
+x = torch.empty(4, pin_memory=True)
+y = torch.zeros(2, 3, pin_memory=True, device="cpu")
+out["pinned_factories"] = [list(x.shape), y.sum().item()]
+path = os.path.join(os.path.dirname(sys.argv[1]), f"w{rank}.safetensors")
+st.save_file({"w": torch.arange(3.0)}, path)
+w = st.load_file(path, device="cuda:0")["w"]
+out["safetensors"] = [w.device.type, w.tolist()]
+if "WORLD_SIZE" in os.environ:
+    mesh = init_device_mesh("cuda", (2,), mesh_dim_names=("dp",))
+    t = torch.ones(2, device="cuda") * (rank + 1)
+    dist.all_reduce(t, group=mesh.get_group("dp"))
+    out["mesh"] = [mesh.device_type, t.tolist()]
+    dist.destroy_process_group()
+with open(sys.argv[1] + (f".{rank}" if rank else ""), "w") as f:
+    json.dump(out, f)

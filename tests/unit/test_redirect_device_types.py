@@ -1,0 +1,92 @@
+"""Every public torch call a script reaches that takes a device *type* (a ``device_type``
+parameter) is wrapped by the shim, found by walking torch's modules here, independently of
+hal's own list; and every factory taking ``pin_memory`` is wrapped on the cpu backend."""
+import importlib
+import inspect
+
+import pytest
+import torch
+
+import hal.redirect
+from hal.plugin.registry import Registry
+
+#: the public modules a script reaches device-type calls from
+MODULES = ("torch", "torch.amp", "torch.amp.autocast_mode", "torch.amp.grad_scaler", "torch.distributed",
+           "torch.distributed.device_mesh", "torch.distributed.tensor", "torch.accelerator", "torch.random",
+           "torch.utils.checkpoint", "torch.cuda.amp", "torch.backends", "torch.utils.data")
+#: builtins without a signature that take the type first (their docs say so)
+BUILTINS = ("is_autocast_enabled", "get_autocast_dtype", "set_autocast_dtype", "set_autocast_enabled")
+#: taking a device type is fine where it asks nothing of the device
+EXEMPT = {"torch.utils.cpp_extension": "build paths"}
+
+
+@pytest.fixture
+def backend(clean_registry, request):
+    return Registry(env={"HAL_BACKEND": request.param}).selected().backend
+
+
+def device_type_calls():
+    found = {}
+    for name in MODULES:
+        mod = importlib.import_module(name)
+        for attr in dir(mod):
+            obj = getattr(mod, attr, None)
+            if attr.startswith("_") or not callable(obj):
+                continue
+            fn = obj.__init__ if isinstance(obj, type) else obj
+            try:
+                if "device_type" in inspect.signature(fn).parameters:
+                    found[f"{name}.{attr}"] = (mod, attr)
+            except (TypeError, ValueError):
+                pass
+    for attr in BUILTINS:
+        found[f"torch.{attr}"] = (torch, attr)
+    return found
+
+
+def _wrapped(obj) -> bool:
+    return getattr(obj.__init__ if isinstance(obj, type) else obj, "__hal_redirect__", False)
+
+
+@pytest.mark.parametrize("backend", ["emu"], indirect=True)
+def test_every_device_type_call_is_wrapped(backend):
+    calls = device_type_calls()
+    assert {"torch.distributed.device_mesh.init_device_mesh", "torch.distributed.DeviceMesh", "torch.autocast",
+            "torch.amp.is_autocast_available", "torch.random.fork_rng"} <= set(calls)
+    with hal.redirect.enable(backend):
+        missing = [label for label, (mod, attr) in calls.items() if not _wrapped(getattr(mod, attr))]
+        assert _wrapped(torch.get_device_module) and _wrapped(torch.amp.GradScaler)
+    assert missing == []
+
+
+@pytest.mark.parametrize("backend", ["emu", "cpu"], indirect=True)
+def test_cuda_device_types_become_the_backends(backend):
+    with hal.redirect.enable(backend):
+        assert torch.amp.is_autocast_available("cuda")
+        assert torch.get_device_module("cuda") is torch.get_device_module(backend.device_type)
+        with torch.autocast("cuda", torch.bfloat16):
+            assert torch.is_autocast_enabled("cuda") and torch.get_autocast_dtype("cuda") == torch.bfloat16
+        with torch.random.fork_rng(devices=[0], device_type="cuda"):
+            torch.randn(2, device="cuda")
+
+
+def pinned_factories():
+    names = set()
+    for schema in torch._C._jit_get_all_schemas():
+        if schema.name.startswith("aten::") and any(a.name == "pin_memory" for a in schema.arguments):
+            names.add(schema.name[len("aten::"):])
+    return sorted(((owner, n) for n in names for owner in (torch, torch.Tensor)
+                   if not n.startswith("_") and n != "to" and getattr(owner, n, None) is not None),
+                  key=lambda c: (c[0].__name__, c[1]))
+
+
+@pytest.mark.parametrize("backend", ["cpu"], indirect=True)
+def test_every_pinned_factory_makes_an_ordinary_tensor_on_the_cpu_backend(backend):
+    calls = pinned_factories()
+    assert len(calls) > 30
+    with hal.redirect.enable(backend) as t:
+        assert [f"{o.__name__}.{n}" for o, n in calls if not _wrapped(getattr(o, n))] == []
+        assert torch.empty(4, pin_memory=True).shape == (4,)
+        assert torch.ones(2).new_zeros(3, pin_memory=True).sum() == 0
+        assert torch.tensor([1.0], pin_memory=True).item() == 1.0
+        assert any("pin_memory=True" in r["call"] for r in t.log.rows("not_redirected"))
