@@ -93,3 +93,18 @@ def register_c10d_backend(name: str, creator: Callable, devices: Union[str, Iter
 def registered_backends() -> dict:
     """Out-of-tree backends registered through hal: ``{name: [device types]}``."""
     return {k: list(v[1]) for k, v in _registered.items()}
+
+
+def restore_device_binding(device_id) -> None:
+    """Bind the default group to ``device_id`` again after ``init_process_group(device_id=...)``.
+
+    torch binds the group it builds, then replaces that group by the backend itself when the
+    backend is a Python ``ProcessGroup`` subclass (an out-of-tree CCL written in Python, as
+    ``emuccl`` is), and the binding is lost: ``split_group`` and eager init then find no device.
+    Does nothing when the group kept its binding or when no device was given.
+    """
+    if device_id is None or not dist.is_initialized():
+        return
+    pg = dist.distributed_c10d._get_default_group()
+    if getattr(pg, "bound_device_id", None) is None:
+        pg.bound_device_id = device_id

@@ -45,6 +45,15 @@ class EmuCCL(dist.ProcessGroup):
         from torch.distributed import ProcessGroupGloo
 
         self._gloo = ProcessGroupGloo(store, rank, size, timeout)
+        # c10d reads a group's name, its ``_get_backend(device)`` and its device binding
+        # (``init_process_group(device_id=...)``, DeviceMesh, FSDP2, DTensor) from the backends
+        # registered on the group; a Python group has none of its own: register the gloo it runs
+        # on for both device types.  Collectives still reach this class's methods (c10d calls the
+        # group's virtual methods; the functional collectives resolve the group by that name).
+        import torch
+        for device_type, backend_type in (("cpu", dist.ProcessGroup.BackendType.GLOO),
+                                          (DEVICE_TYPE, dist.ProcessGroup.BackendType.CUSTOM)):
+            self._register_backend(torch.device(device_type), backend_type, self._gloo)
 
     def getBackendName(self):  # noqa: N802 - c10d's name
         return NAME

@@ -45,7 +45,10 @@ def _install_process_groups(t: Redirection) -> None:
                 kwargs["device_id"] = None
             else:
                 kwargs["device_id"] = t.redirect(dev, "init_process_group")
-        return orig_init(map_backend(backend), *args, **kwargs)
+        result = orig_init(map_backend(backend), *args, **kwargs)
+        from hal.dist.register import restore_device_binding
+        restore_device_binding(kwargs.get("device_id"))
+        return result
 
     orig_new = dist.new_group
 

@@ -38,8 +38,7 @@ def test_device_module_and_pinned_factories_and_safetensors_on_emu(tmp_path):
     check_single(json.loads((tmp_path / "out.json").read_text()), "emu")
 
 
-@pytest.mark.parametrize("backend", ["cpu", pytest.param("emu", marks=[pytest.mark.emu, pytest.mark.xfail(
-    strict=False, reason="issue 20 item 8: emuccl groups have no name yet (ProcessGroup name not set)")])])
+@pytest.mark.parametrize("backend", ["cpu", pytest.param("emu", marks=pytest.mark.emu)])
 def test_init_device_mesh_cuda_at_two_ranks(tmp_path, backend):
     proc = hal_run(backend, "--nproc-per-node", 2, SCRIPT, tmp_path / "out.json")
     assert proc.returncode == 0, proc.stderr[-4000:]
