@@ -15,6 +15,7 @@
 #include <ATen/native/Resize.h>
 #include <ATen/native/TensorFactories.h>
 #include <ATen/native/transformers/attention.h>
+#include <ATen/ops/_fused_sdp_choice_native.h>
 #include <ATen/ops/_reshape_alias_native.h>
 #include <ATen/ops/as_strided_native.h>
 #include <ATen/ops/unfold_native.h>
@@ -726,15 +727,23 @@ at::Tensor batch_norm_backward_elemt(const at::Tensor& grad_out, const at::Tenso
 }
 
 // scaled_dot_product_attention asks the device which fused kernel to use; the CPU's answer
-// (its flash kernel where it applies, else math) keeps emu's attention the CPU's, bit for bit
+// (its flash kernel where it applies, else math) keeps emu's attention the CPU's, bit for bit.
+// The answer depends on shapes, strides, dtypes and flags only, and torch asks it of fake tensors
+// too (torch.compile's tracing: the meta kernel forwards PrivateUse1 inputs here), whose bytes
+// must not be touched: the CPU is asked with tensors that carry the metadata and no bytes.
+at::Tensor metadata_only(const at::Tensor& t) {
+  return at::from_blob(nullptr, t.sizes(), t.strides(), t.options().device(at::kCPU));
+}
+
 int64_t fused_sdp_choice(const at::Tensor& query, const at::Tensor& key, const at::Tensor& value,
                          const std::optional<at::Tensor>& attn_mask, double dropout_p, bool is_causal,
                          std::optional<double> scale, bool enable_gqa) {
-  OnHost h(query);
-  at::Tensor mask = h.in(attn_mask);
-  return at::_fused_sdp_choice(h.in(query), h.in(key), h.in(value),
-                               mask.defined() ? std::optional<at::Tensor>(mask) : std::nullopt, dropout_p, is_causal,
-                               scale, enable_gqa);
+  std::optional<at::Tensor> mask;
+  if (attn_mask.has_value() && attn_mask->defined()) mask = metadata_only(*attn_mask);
+  // the CPU's kernel itself, not through the dispatcher: under torch.compile's FakeTensorMode a
+  // dispatched call would reach the mode with these real (byte-less) CPU tensors
+  return at::native::_fused_sdp_choice_cpp(metadata_only(query), metadata_only(key), metadata_only(value), mask,
+                                           dropout_p, is_causal, scale, enable_gqa);
 }
 
 at::Tensor as_strided(const at::Tensor& self, c10::IntArrayRef size, c10::IntArrayRef stride,
