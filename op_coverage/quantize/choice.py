@@ -9,6 +9,7 @@ lacks wins; what was sent back, and why, goes into the report.
 """
 from __future__ import annotations
 
+import copy
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,9 +20,30 @@ from op_coverage.onnx.inventory import all_nodes
 from op_coverage.targets.profile import SupportProfile
 
 
+def registry_op_types(name: str) -> list[str]:
+    """The op types of ``onnxruntime.quantization.registry.<name>`` (its keys, in its order).
+
+    Read at run time so that a newer onnxruntime brings the op types it has learnt to quantize.
+    """
+    from onnxruntime.quantization import registry
+    table = getattr(registry, name, None)
+    if not isinstance(table, dict):
+        raise RuntimeError(f"onnxruntime.quantization.registry has no {name} (data/quantize_formats.json names it); "
+                           f"this onnxruntime is too old or too new for op_coverage quantize: use onnxruntime 1.16+ "
+                           f"or correct 'registry' in the data file")
+    return list(table)
+
+
 def formats() -> dict:
-    """``data/quantize_formats.json``: the formats, their op types, what they introduce, the variants."""
-    return read_json("quantize_formats.json")
+    """``data/quantize_formats.json`` with each format's ``quantize`` list filled in.
+
+    ``quantize`` = the keys of the onnxruntime registry the format names (``registry``), then its
+    ``quantize_also`` (op types stated by hand), without repeats.
+    """
+    facts = copy.deepcopy(read_json("quantize_formats.json"))
+    for fmt in facts["formats"].values():
+        fmt["quantize"] = list(dict.fromkeys(registry_op_types(fmt["registry"]) + fmt.get("quantize_also", [])))
+    return facts
 
 
 @dataclass
@@ -95,6 +117,17 @@ def blame(nodes: list, bad: set, fmt: dict, op_types: list) -> dict:
     return out
 
 
+def holds_int8(path: Path) -> bool:
+    """Whether the model at *path* has an INT8/UINT8 tensor or value (something was quantized)."""
+    import onnx
+
+    from op_coverage.onnx.load import _iter_tensors
+    m = onnx.load(str(path), load_external_data=False)
+    int8 = (onnx.TensorProto.INT8, onnx.TensorProto.UINT8)
+    return any(t.data_type in int8 for t in _iter_tensors(m)) or \
+        any(n.op_type in ("DynamicQuantizeLinear", "QuantizeLinear") for n in all_nodes(m, functions=False))
+
+
 def present_op_types(model) -> Counter:
     """Op type -> count over every graph of *model* (If/Loop/Scan bodies included)."""
     return Counter(n.op_type for n in all_nodes(model, functions=False))
@@ -129,6 +162,11 @@ def choose(mode: str, model, profile: SupportProfile, before: dict, trial: Calla
                     choice.tried.append({"format": name, "variant": variant, "op_types": op_types,
                                          "outcome": f"onnxruntime.quantization failed: {str(e).splitlines()[0][:200]}"
                                          if str(e) else type(e).__name__})
+                    break
+                if not holds_int8(path):
+                    choice.tried.append({"format": name, "variant": variant, "op_types": op_types,
+                                         "outcome": "quantized nothing (no INT8 tensor in the result: what is left "
+                                                    "quantizes only after a quantized input)"})
                     break
                 nodes = scan_nodes(path, profile)
                 new = {k: v for k, v in not_native(path, profile, nodes).items() if k not in before}
