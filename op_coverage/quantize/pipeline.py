@@ -101,7 +101,20 @@ def _all_initializers(model):
     return _iter_tensors(model)
 
 
-def _census(quant_model, fmt: dict, choice_kept: dict, exclude: list) -> tuple:
+def quantized_node_names(quant_model, fmt: dict) -> set:
+    """Names of the float nodes *quant_model* quantized: replaced by an integer op (``<name>_quant``),
+    fed by a DequantizeLinear, or reading an INT8 initializer."""
+    from op_coverage.quantize.choice import float_name
+    back = {v: k for k, v in fmt.get("quantized_as", {}).items()}
+    from_dq = {o for n in _all_nodes(quant_model) if n.op_type == "DequantizeLinear" for o in n.output}
+    from_dq |= {t.name for t in _all_initializers(quant_model)
+                if t.data_type in (onnx.TensorProto.INT8, onnx.TensorProto.UINT8)}
+    return {float_name(n, back) for n in _all_nodes(quant_model)
+            if n.op_type in back or (n.op_type not in ("QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear")
+                                     and any(i in from_dq for i in n.input))}
+
+
+def _census(quant_model, fmt: dict, choice_kept: dict, exclude: list, kept_nodes: dict | None = None) -> tuple:
     """(quantized nodes per float op type, [{"node", "op_type", "reason"}] of candidate nodes left float).
 
     A node counts as quantized when the format replaced it by its integer op (``quantized_as``), when
@@ -113,7 +126,7 @@ def _census(quant_model, fmt: dict, choice_kept: dict, exclude: list) -> tuple:
     from_dq = {o for n in _all_nodes(quant_model) if n.op_type == "DequantizeLinear" for o in n.output}
     int8 = (onnx.TensorProto.INT8, onnx.TensorProto.UINT8)
     from_dq |= {t.name for t in _all_initializers(quant_model) if t.data_type in int8}  # a Gather on an int8 table
-    candidates = set(fmt["quantize"]) | set(choice_kept)
+    candidates = set(fmt["quantize"]) | set(choice_kept) | {k["op_type"] for k in (kept_nodes or {}).values()}
     float_consts = {t.name for t in _all_initializers(quant_model)
                     if t.data_type in (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16)}
     done: Counter = Counter()
@@ -129,6 +142,8 @@ def _census(quant_model, fmt: dict, choice_kept: dict, exclude: list) -> tuple:
             continue
         if n.name and n.name in exclude:
             why = "excluded by --exclude"
+        elif n.name and n.name in (kept_nodes or {}):
+            why = kept_nodes[n.name]["reason"]
         elif n.op_type in choice_kept:
             why = choice_kept[n.op_type]
         elif n.op_type not in PRODUCTS and not any(i in float_consts for i in n.input):
@@ -238,7 +253,7 @@ def _quantize(report, loaded, profile, src, out, calibration, exclude, inputs, s
         base = src if why else pre
         tries = iter(range(1000))
 
-        def trial(name, fmt, variant, op_types):
+        def trial(name, fmt, variant, op_types, exclude_nodes=()):
             pc = report.per_channel
             if pc and name == "qdq" and opset < fmt.get("per_channel_min_opset", 0):
                 pc = False
@@ -247,7 +262,7 @@ def _quantize(report, loaded, profile, src, out, calibration, exclude, inputs, s
                 if note not in report.notes:
                     report.notes.append(note)
             dst = tmp / f"try{next(tries)}.onnx"
-            quantize_once(base, dst, fmt, variant, op_types, exclude=exclude, per_channel=pc,
+            quantize_once(base, dst, fmt, variant, op_types, exclude=exclude + list(exclude_nodes), per_channel=pc,
                           calibration=cal if fmt["calibration"] else None, external=external)
             return dst
 
@@ -280,7 +295,8 @@ def _quantize(report, loaded, profile, src, out, calibration, exclude, inputs, s
             lambda why: QuantizeCheckFailed(f"quantized model fails onnx.checker ({why}); nothing written; "
                                             "try --exclude for the node it names, or --mode"))
         report.checked = True
-        report.quantized_nodes, report.kept_float = _census(qmodel, fmt, choice.kept_float, exclude)
+        report.quantized_nodes, report.kept_float = _census(qmodel, fmt, choice.kept_float, exclude,
+                                                             choice.kept_nodes)
         fb, qb = model_bytes(src), model_bytes(final)
         report.size = {"float_bytes": fb, "quantized_bytes": qb, "ratio": round(qb / fb, 4) if fb else None}
         try:
@@ -313,6 +329,14 @@ def _quantize(report, loaded, profile, src, out, calibration, exclude, inputs, s
             from op_coverage.quantize.baseline import measure_baseline
             report.baseline = measure_baseline(src, tmp / "onnxruntime-default.onnx", report.mode, cal, external, fs,
                                                feeds, qb, runs, repeats)
+            bpath = tmp / "onnxruntime-default.onnx"
+            if "error" not in report.baseline and bpath.is_file():
+                theirs = quantized_node_names(onnx.load(str(bpath), load_external_data=False),
+                                              facts["formats"]["integer-dynamic" if report.mode == "dynamic" else "qdq"])
+                ours = quantized_node_names(qmodel, fmt)
+                names = {n.name: n.op_type for n in _all_nodes(struct) if n.name}
+                report.baseline["float_here"] = [{"node": n, "op_type": names[n]} for n in sorted(theirs - ours)
+                                                 if n in names]
         del fs
         report.rescan, report.introduced = _rescan(final, profile, _labels(struct))
         from hal.util.io import give_default_mode  # onnx writes external data 0600; give both plain open()'s mode

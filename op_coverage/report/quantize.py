@@ -62,6 +62,11 @@ def _lines(doc: dict) -> list[tuple[str, str]]:
                                    + (f"; latency {bl['ratio']:.3f}x float (min {bl['min']:.3f}, max {bl['max']:.3f})"
                                       if bl else "")
                                    + (f"; cosine {min(cos):.6f}" if cos else "")))
+        here = b.get("float_here") or []
+        if here:
+            out.append(("float here", f"{len(here)} node(s) onnxruntime's default call quantizes stay float here: "
+                                      + ", ".join(f"{k['node']} ({k['op_type']})" for k in here[:10])
+                                      + (" ..." if len(here) > 10 else "")))
     rs = doc["rescan"]
     if rs:
         bad = ", ".join(f"{k} x{v}" for k, v in rs["not_native"].items())
