@@ -102,16 +102,15 @@ def _all_initializers(model):
 
 
 def quantized_node_names(quant_model, fmt: dict) -> set:
-    """Names of the float nodes *quant_model* quantized: replaced by an integer op (``<name>_quant``),
-    fed by a DequantizeLinear, or reading an INT8 initializer."""
+    """Names of the float nodes *quant_model* quantized: replaced by an integer op (``<name>_quant``), or
+    of an op type the format quantizes and fed by a DequantizeLinear or an INT8 initializer."""
     from op_coverage.quantize.choice import float_name
     back = {v: k for k, v in fmt.get("quantized_as", {}).items()}
     from_dq = {o for n in _all_nodes(quant_model) if n.op_type == "DequantizeLinear" for o in n.output}
     from_dq |= {t.name for t in _all_initializers(quant_model)
                 if t.data_type in (onnx.TensorProto.INT8, onnx.TensorProto.UINT8)}
     return {float_name(n, back) for n in _all_nodes(quant_model)
-            if n.op_type in back or (n.op_type not in ("QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear")
-                                     and any(i in from_dq for i in n.input))}
+            if n.op_type in back or (n.op_type in fmt["quantize"] and any(i in from_dq for i in n.input))}
 
 
 def _census(quant_model, fmt: dict, choice_kept: dict, exclude: list, kept_nodes: dict | None = None) -> tuple:
