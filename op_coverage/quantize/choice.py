@@ -25,8 +25,8 @@ def registry_op_types(name: str) -> list[str]:
 
     Read at run time so that a newer onnxruntime brings the op types it has learnt to quantize.
     """
-    from onnxruntime.quantization import registry
-    table = getattr(registry, name, None)
+    from op_coverage.quantize.ort import import_quantization
+    table = getattr(import_quantization().registry, name, None)
     if not isinstance(table, dict):
         raise RuntimeError(f"onnxruntime.quantization.registry has no {name} (data/quantize_formats.json names it); "
                            f"this onnxruntime is too old or too new for op_coverage quantize: use onnxruntime 1.16+ "
