@@ -333,6 +333,7 @@ def _quantize(report, loaded, profile, src, out, calibration, exclude, inputs, s
                 theirs = quantized_node_names(onnx.load(str(bpath), load_external_data=False),
                                               facts["formats"]["integer-dynamic" if report.mode == "dynamic" else "qdq"])
                 ours = quantized_node_names(qmodel, fmt)
+                ours |= {x.split("/MatMulAddFusion")[0] for x in ours}  # pre-processing fused MatMul + Add
                 names = {n.name: n.op_type for n in _all_nodes(struct) if n.name}
                 report.baseline["float_here"] = [{"node": n, "op_type": names[n]} for n in sorted(theirs - ours)
                                                  if n in names]
