@@ -8,7 +8,9 @@ from __future__ import annotations
 import contextlib
 import io
 import logging
+import os
 import sys
+import tempfile
 import types
 import warnings
 from pathlib import Path
@@ -79,6 +81,20 @@ def import_quantization():
     return onnxruntime.quantization
 
 
+@contextlib.contextmanager
+def _scratch_cwd(beside: Path):
+    """Run inside a temporary folder beside *beside*: onnxruntime's symbolic shape inference writes
+    ``sym_shape_infer_temp.onnx`` and uuid-named ``.data`` files into the current folder, which
+    is the user's; they go with the folder."""
+    here = os.getcwd()
+    with tempfile.TemporaryDirectory(prefix=".op_coverage-quantize-", dir=beside.parent) as scratch:
+        os.chdir(scratch)
+        try:
+            yield
+        finally:
+            os.chdir(here)
+
+
 def pre_process(src: Path, dst: Path, external: bool) -> str | None:
     """onnxruntime's ``quant_pre_process`` (symbolic shape inference, basic optimisation) into *dst*.
 
@@ -86,8 +102,8 @@ def pre_process(src: Path, dst: Path, external: bool) -> str | None:
     """
     from onnxruntime.quantization.shape_inference import quant_pre_process
     try:
-        with _quiet(), torch_free():
-            quant_pre_process(str(src), str(dst), save_as_external_data=external, all_tensors_to_one_file=True,
+        with _quiet(), torch_free(), _scratch_cwd(Path(dst).resolve()):
+            quant_pre_process(str(Path(src).resolve()), str(Path(dst).resolve()), save_as_external_data=external, all_tensors_to_one_file=True,
                               external_data_location=dst.name + ".data" if external else None)
     except Exception as e:  # noqa: BLE001 - symbolic shape inference refuses some models (subgraphs, odd ops)
         return f"onnxruntime's quant_pre_process failed ({str(e).splitlines()[0][:200] if str(e) else type(e).__name__})"

@@ -44,8 +44,12 @@ def test_ort_cpu_int8_is_no_larger_than_onnxruntimes_default(exported, tmp_path,
     ort_default = tmp_path / "ort.onnx"
     quantize_dynamic(str(src), str(ort_default), weight_type=QuantType.QInt8)
     out = tmp_path / "int8.onnx"
-    r = run_cli("quantize", src, "-t", "ort-cpu", "-o", out, "--json", "--runs", "3", "--repeats", "1")
+    work = tmp_path / "cwd"  # the user's folder: onnxruntime's scratch files must not land in it
+    work.mkdir()
+    r = run_cli("quantize", src, "-t", "ort-cpu", "-o", out, "--json", "--runs", "3", "--repeats", "1", cwd=work)
     assert r.returncode == 0, r.stderr[-2000:]
+    assert sorted(p.name for p in work.iterdir()) == []
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".op_coverage")) == []
     doc = json.loads(r.stdout)
     q = doc["quantization"]
     print(f"{name}: {doc['size']['ratio']:.3f}x float; onnxruntime default {doc['baseline']['ratio']:.3f}x; "
