@@ -63,6 +63,8 @@ def add_parser(sub) -> None:
     q.add_argument("--runs", type=int, default=10,
                    help="interleaved run pairs per latency repeat (default 10; 0: no latency measurement)")
     q.add_argument("--repeats", type=int, default=3, help="latency repeats; the ratio is their median (default 3)")
+    q.add_argument("--no-compare", action="store_true",
+                   help="skip the side-by-side run of onnxruntime's own default quantize_dynamic/quantize_static")
     q.add_argument("--format", choices=("table", "json", "md"), default=None, help="report format (default: table)")
     q.add_argument("--json", action="store_true", help="same as --format json")
 
@@ -90,7 +92,8 @@ def run(a) -> int:
         rep = quantize(a.path, a.target, a.output, mode=a.mode, calibration=a.calibration,
                        per_channel=a.per_channel, exclude=[x.strip() for s in a.exclude for x in s.split(",") if x.strip()],
                        profiles=a.profile, inputs=a.inputs, seed=a.seed, dims=parse_dims(a.dim),
-                       gates=Gates(a.max_error, a.min_cosine), runs=max(a.runs, 0), repeats=max(a.repeats, 1))
+                       gates=Gates(a.max_error, a.min_cosine), runs=max(a.runs, 0), repeats=max(a.repeats, 1),
+                       compare=not a.no_compare)
     except ScanError as e:
         rep = getattr(e, "report", None)
         doc = rep.to_dict() if rep is not None else _error_doc(a, e)

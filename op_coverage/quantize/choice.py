@@ -9,6 +9,7 @@ lacks wins; what was sent back, and why, goes into the report.
 """
 from __future__ import annotations
 
+import copy
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,9 +20,30 @@ from op_coverage.onnx.inventory import all_nodes
 from op_coverage.targets.profile import SupportProfile
 
 
+def registry_op_types(name: str) -> list[str]:
+    """The op types of ``onnxruntime.quantization.registry.<name>`` (its keys, in its order).
+
+    Read at run time so that a newer onnxruntime brings the op types it has learnt to quantize.
+    """
+    from op_coverage.quantize.ort import import_quantization
+    table = getattr(import_quantization().registry, name, None)
+    if not isinstance(table, dict):
+        raise RuntimeError(f"onnxruntime.quantization.registry has no {name} (data/quantize_formats.json names it); "
+                           f"this onnxruntime is too old or too new for op_coverage quantize: use onnxruntime 1.16+ "
+                           f"or correct 'registry' in the data file")
+    return list(table)
+
+
 def formats() -> dict:
-    """``data/quantize_formats.json``: the formats, their op types, what they introduce, the variants."""
-    return read_json("quantize_formats.json")
+    """``data/quantize_formats.json`` with each format's ``quantize`` list filled in.
+
+    ``quantize`` = the keys of the onnxruntime registry the format names (``registry``), then its
+    ``quantize_also`` (op types stated by hand), without repeats.
+    """
+    facts = copy.deepcopy(read_json("quantize_formats.json"))
+    for fmt in facts["formats"].values():
+        fmt["quantize"] = list(dict.fromkeys(registry_op_types(fmt["registry"]) + fmt.get("quantize_also", [])))
+    return facts
 
 
 @dataclass
@@ -32,12 +54,14 @@ class Choice:
     variant: dict | None = None
     op_types: list = field(default_factory=list)
     kept_float: dict = field(default_factory=dict)    # op type -> why it stays float
+    kept_nodes: dict = field(default_factory=dict)    # float node name -> {"op_type", "reason"} (nodes_to_exclude)
     tried: list = field(default_factory=list)         # one dict per quantization tried
     path: Path | None = None                          # the accepted quantized model
 
     def to_dict(self) -> dict:
         return {"format": self.format, "variant": self.variant, "op_types": self.op_types,
-                "kept_float": self.kept_float, "tried": self.tried}
+                "kept_float": self.kept_float,
+                "kept_float_by_node": self.kept_nodes, "tried": self.tried}
 
 
 def scan_nodes(path: Path, profile: SupportProfile) -> list:
@@ -61,30 +85,52 @@ def not_native(path: Path, profile: SupportProfile, nodes: list | None = None) -
     return out
 
 
-def blame(nodes: list, bad: set, fmt: dict, op_types: list) -> dict:
-    """Float op type -> labels of the not-native *bad* ops that feed its quantized nodes (followed through at most 4 consumers).
+def float_name(node, back: dict) -> str:
+    """The name of the float node *node* comes from: onnxruntime names an integer op ``<float name>_quant``."""
+    if node.op_type in back and node.name.endswith("_quant"):
+        return node.name[:-len("_quant")]
+    return node.name
 
-    A DequantizeLinear of an int32 bias blames the Gemm it feeds, not every op type of the format.
+
+def blame(nodes: list, bad: set, fmt: dict, op_types: list) -> dict:
+    """Float op type -> {float node name -> labels of the not-native *bad* ops its quantized form brings in}.
+
+    From each bad node, consumers are followed through at most 4 hops to the quantized node they
+    feed (a DequantizeLinear of an int32 bias blames the Gemm it feeds, not every op type of the
+    format); a bad node that reads a node of a requested op type (the DequantizeLinear after a
+    ``Gather`` on an int8 table) blames that node.
     """
     back = {v: k for k, v in fmt.get("quantized_as", {}).items()}
     owners = {op: {op} | {g for g, xs in fmt.get("also_request", {}).items() if op in xs} for op in set(back.values())}
     consumers: dict = {}
+    producer: dict = {}
     for node, _ in nodes:
         for i in node.inputs:
             consumers.setdefault(i, []).append(node)
+        for o in node.outputs:
+            producer[o] = node
+    wanted = set(op_types)
     out: dict = {}
+
+    def put(op, m, node):
+        out.setdefault(op, {}).setdefault(float_name(m, back), set()).add(_label(node))
+
     for node, v in nodes:
         if v.status == "native" or _label(node) not in bad:
             continue
+        for i in node.inputs:
+            p = producer.get(i)
+            if p is not None and p.op_type in wanted and p.op_type not in back:
+                put(p.op_type, p, node)
         frontier, seen = [node], set()
         for _ in range(4):
             nxt = []
             for m in frontier:
                 ops = owners.get(back[m.op_type], set()) if m.op_type in back else \
                     ({m.op_type} if m is not node else set())
-                if ops & set(op_types):
-                    for op in ops & set(op_types):
-                        out.setdefault(op, set()).add(_label(node))
+                if ops & wanted:
+                    for op in ops & wanted:
+                        put(op, m, node)
                     continue
                 for o in m.outputs:
                     for c in consumers.get(o, []):
@@ -95,23 +141,47 @@ def blame(nodes: list, bad: set, fmt: dict, op_types: list) -> dict:
     return out
 
 
+def holds_int8(path: Path) -> bool:
+    """Whether the model at *path* has an INT8/UINT8 tensor or value (something was quantized)."""
+    import onnx
+
+    from op_coverage.onnx.load import _iter_tensors
+    m = onnx.load(str(path), load_external_data=False)
+    int8 = (onnx.TensorProto.INT8, onnx.TensorProto.UINT8)
+    return any(t.data_type in int8 for t in _iter_tensors(m)) or \
+        any(n.op_type in ("DynamicQuantizeLinear", "QuantizeLinear") for n in all_nodes(m, functions=False))
+
+
 def present_op_types(model) -> Counter:
     """Op type -> count over every graph of *model* (If/Loop/Scan bodies included)."""
     return Counter(n.op_type for n in all_nodes(model, functions=False))
 
 
-def choose(mode: str, model, profile: SupportProfile, before: dict, trial: Callable[[str, dict, dict, list], Path],
-           ) -> Choice:
-    """Try the formats of *mode* in order; return the first whose result adds nothing *profile* lacks.
+#: node-by-node rounds before a format sends whole op types back to float
+NODE_ROUNDS = 3
+
+
+def choose(mode: str, model, profile: SupportProfile, before: dict, trial: Callable[..., Path]) -> Choice:
+    """Try the formats of *mode* in order; the result that adds nothing *profile* lacks wins.
+
+    A format that quantizes all it was asked for wins at once; one that had to keep nodes or op
+    types float lets the later formats try as well, and the smallest clean result wins.
+
+    When a result brings in an op the target lacks, the float nodes whose quantized form brought
+    it are excluded (``nodes_to_exclude``) and the format is tried again, node by node, up to
+    :data:`NODE_ROUNDS` times; after that (or when no node can be named) the op types blamed are
+    sent back to float as a whole.
 
     :param before: :func:`not_native` of the float model (what the target lacks already is not held
         against a format).
-    :param trial: ``trial(format_name, format, variant, op_types) -> path`` quantizes and returns the
-        result; an exception means onnxruntime could not quantize that way.
+    :param trial: ``trial(format_name, format, variant, op_types, exclude_nodes) -> path`` quantizes
+        and returns the result; an exception means onnxruntime could not quantize that way.
     """
     facts = formats()
     present = present_op_types(model)
+    names = {n.name for n in all_nodes(model, functions=False) if n.name}
     choice = Choice()
+    found = []  # (bytes, order, (format, variant, op_types, path, dropped, kept_nodes)) of each clean result
     for name in facts["modes"][mode]:
         fmt = facts["formats"][name]
         wanted = [op for op in fmt["quantize"] if present[op]]
@@ -120,31 +190,59 @@ def choose(mode: str, model, profile: SupportProfile, before: dict, trial: Calla
                                  "outcome": "the model has none of " + ", ".join(fmt["quantize"])})
             continue
         for variant in fmt["variants"]:
-            op_types, dropped = list(wanted), {}
+            op_types, dropped, kept_nodes, rounds = list(wanted), {}, {}, 0
             while op_types:
+                excluded = sorted(kept_nodes)
                 try:
                     extra = [x for op in op_types for x in fmt.get("also_request", {}).get(op, [])]
-                    path = trial(name, fmt, variant, list(dict.fromkeys(op_types + extra)))
+                    path = trial(name, fmt, variant, list(dict.fromkeys(op_types + extra)), excluded)
                 except Exception as e:  # noqa: BLE001 - onnxruntime.quantization raises assorted types
                     choice.tried.append({"format": name, "variant": variant, "op_types": op_types,
+                                         "excluded_nodes": excluded,
                                          "outcome": f"onnxruntime.quantization failed: {str(e).splitlines()[0][:200]}"
                                          if str(e) else type(e).__name__})
+                    break
+                if not holds_int8(path):
+                    choice.tried.append({"format": name, "variant": variant, "op_types": op_types,
+                                         "excluded_nodes": excluded,
+                                         "outcome": "quantized nothing (no INT8 tensor in the result: what is left "
+                                                    "quantizes only after a quantized input)"})
                     break
                 nodes = scan_nodes(path, profile)
                 new = {k: v for k, v in not_native(path, profile, nodes).items() if k not in before}
                 if not new:
-                    choice.tried.append({"format": name, "variant": variant, "op_types": op_types, "outcome": "ok"})
-                    choice.format, choice.variant, choice.op_types, choice.path = name, variant, op_types, path
-                    choice.kept_float = dropped
-                    return choice
+                    choice.tried.append({"format": name, "variant": variant, "op_types": op_types,
+                                         "excluded_nodes": excluded, "outcome": "ok"})
+                    found.append((path.stat().st_size, len(found), (name, variant, op_types, path, dropped,
+                                                                    kept_nodes)))
+                    break
                 lacks = "; ".join(f"{k} x{n} ({why})" for k, (n, why) in sorted(new.items()))
                 choice.tried.append({"format": name, "variant": variant, "op_types": op_types,
-                                     "outcome": f"{profile.name} lacks {lacks}"})
-                blamed = blame(nodes, set(new), fmt, op_types) or {op: set(new) for op in op_types}
-                for op, lacked in blamed.items():
+                                     "excluded_nodes": excluded, "outcome": f"{profile.name} lacks {lacks}"})
+                blamed = blame(nodes, set(new), fmt, op_types)
+                fresh = {n: (op, lacked) for op, by in blamed.items() for n, lacked in by.items()
+                         if n in names and n not in kept_nodes}
+                rounds += 1
+                if fresh and rounds <= NODE_ROUNDS:
+                    for n, (op, lacked) in fresh.items():
+                        kept_nodes[n] = {"op_type": op, "reason": f"{profile.name} does not run its {name} form "
+                                         "natively: " + "; ".join(f"{k}: {new[k][1]}" for k in sorted(lacked))}
+                    continue
+                by_type = {op: set().union(*by.values()) for op, by in blamed.items()} or \
+                    {op: set(new) for op in op_types}
+                for op, lacked in by_type.items():
                     dropped[op] = (f"{profile.name} does not run its {name} form natively: "
                                    + "; ".join(f"{k}: {new[k][1]}" for k in sorted(lacked)))
-                op_types = [op for op in op_types if op not in blamed]
+                op_types = [op for op in op_types if op not in by_type]
+                kept_nodes = {n: k for n, k in kept_nodes.items() if k["op_type"] in op_types}
+            if found and found[-1][2][0] == name:
+                break
             for op, why in dropped.items():
                 choice.kept_float.setdefault(op, why)
+        if found and not found[-1][2][4] and not found[-1][2][5]:
+            break  # everything asked for is quantized: no later format can do better
+    if found:
+        kept = dict(choice.kept_float)
+        (choice.format, choice.variant, choice.op_types, choice.path, dropped, choice.kept_nodes) = min(found)[2]
+        choice.kept_float = {**{k: v for k, v in kept.items() if k not in choice.op_types}, **dropped}
     return choice

@@ -8,6 +8,10 @@ from __future__ import annotations
 import contextlib
 import io
 import logging
+import os
+import sys
+import tempfile
+import types
 import warnings
 from pathlib import Path
 
@@ -40,6 +44,57 @@ def _quiet():
         root.setLevel(level)
 
 
+def _lazy_infer_input_info(*args, **kwargs):
+    """onnxruntime.tools.infer_input_info, imported (with torch) only when someone calls it."""
+    import importlib
+    sys.modules.pop("onnxruntime.tools.pytorch_export_helpers", None)
+    return importlib.import_module("onnxruntime.tools.pytorch_export_helpers").infer_input_info(*args, **kwargs)
+
+
+@contextlib.contextmanager
+def torch_free():
+    """Within it, importing ``onnxruntime.tools`` (symbolic shape inference) does not import torch.
+
+    ``onnxruntime/tools/__init__.py`` imports its PyTorch export helpers, and so torch (about 1.2 s),
+    whenever torch is installed; quantization needs neither.  Unless torch or ``onnxruntime.tools``
+    is loaded already, the helpers module is stood in for by one whose ``infer_input_info`` imports
+    the real module on first call, so nothing is lost.
+    """
+    name = "onnxruntime.tools.pytorch_export_helpers"
+    if "torch" in sys.modules or "onnxruntime.tools" in sys.modules:
+        yield
+        return
+    stand_in = types.ModuleType(name)
+    stand_in.infer_input_info = _lazy_infer_input_info
+    sys.modules[name] = stand_in
+    try:
+        yield
+    finally:
+        if sys.modules.get(name) is stand_in:
+            del sys.modules[name]
+
+
+def import_quantization():
+    """``onnxruntime.quantization``, imported inside :func:`torch_free`."""
+    with torch_free():
+        import onnxruntime.quantization
+    return onnxruntime.quantization
+
+
+@contextlib.contextmanager
+def _scratch_cwd(beside: Path):
+    """Run inside a temporary folder beside *beside*: onnxruntime's symbolic shape inference writes
+    ``sym_shape_infer_temp.onnx`` and uuid-named ``.data`` files into the current folder, which
+    is the user's; they go with the folder."""
+    here = os.getcwd()
+    with tempfile.TemporaryDirectory(prefix=".op_coverage-quantize-", dir=beside.parent) as scratch:
+        os.chdir(scratch)
+        try:
+            yield
+        finally:
+            os.chdir(here)
+
+
 def pre_process(src: Path, dst: Path, external: bool) -> str | None:
     """onnxruntime's ``quant_pre_process`` (symbolic shape inference, basic optimisation) into *dst*.
 
@@ -47,8 +102,8 @@ def pre_process(src: Path, dst: Path, external: bool) -> str | None:
     """
     from onnxruntime.quantization.shape_inference import quant_pre_process
     try:
-        with _quiet():
-            quant_pre_process(str(src), str(dst), save_as_external_data=external, all_tensors_to_one_file=True,
+        with _quiet(), torch_free(), _scratch_cwd(Path(dst).resolve()):
+            quant_pre_process(str(Path(src).resolve()), str(Path(dst).resolve()), save_as_external_data=external, all_tensors_to_one_file=True,
                               external_data_location=dst.name + ".data" if external else None)
     except Exception as e:  # noqa: BLE001 - symbolic shape inference refuses some models (subgraphs, odd ops)
         return f"onnxruntime's quant_pre_process failed ({str(e).splitlines()[0][:200] if str(e) else type(e).__name__})"

@@ -21,6 +21,9 @@ from op_coverage.errors import (ModelNotFound, NothingQuantized, NotAvailable, O
 
 MODES = ("dynamic", "static")
 
+#: op types listed as kept float even without a constant input (an activation x activation product)
+PRODUCTS = ("MatMul", "Conv", "Gemm", "ConvTranspose")
+
 
 @dataclass
 class Gates:
@@ -62,6 +65,7 @@ class QuantizeReport:
     accuracy: dict | None = None
     rescan: dict | None = None
     introduced: dict = field(default_factory=dict)         # op label -> nodes the result adds
+    baseline: dict | None = None                           # onnxruntime's default call, measured the same way
     notes: list = field(default_factory=list)
     error: dict | None = None
 
@@ -79,7 +83,8 @@ class QuantizeReport:
                                  "title": self.format_title, "per_channel": self.per_channel,
                                  "quantized_nodes": self.quantized_nodes, "kept_float_nodes": self.kept_float,
                                  "pre_process": self.pre_process, "calibration": self.calibration},
-                "size": self.size, "latency": self.latency, "accuracy": self.accuracy, "rescan": self.rescan,
+                "size": self.size, "latency": self.latency, "accuracy": self.accuracy, "baseline": self.baseline,
+                "rescan": self.rescan,
                 "introduced": self.introduced, "notes": self.notes, "error": self.error,
                 "exit_code": self.exit_code()}
 
@@ -90,15 +95,39 @@ def _all_nodes(model):
     return all_nodes(model, functions=False)
 
 
-def _census(quant_model, fmt: dict, choice_kept: dict, exclude: list) -> tuple:
+def _all_initializers(model):
+    """Every tensor of *model* (initializers at any depth, attribute tensors)."""
+    from op_coverage.onnx.load import _iter_tensors
+    return _iter_tensors(model)
+
+
+def quantized_node_names(quant_model, fmt: dict) -> set:
+    """Names of the float nodes *quant_model* quantized: replaced by an integer op (``<name>_quant``), or
+    of an op type the format quantizes and fed by a DequantizeLinear or an INT8 initializer."""
+    from op_coverage.quantize.choice import float_name
+    back = {v: k for k, v in fmt.get("quantized_as", {}).items()}
+    from_dq = {o for n in _all_nodes(quant_model) if n.op_type == "DequantizeLinear" for o in n.output}
+    from_dq |= {t.name for t in _all_initializers(quant_model)
+                if t.data_type in (onnx.TensorProto.INT8, onnx.TensorProto.UINT8)}
+    return {float_name(n, back) for n in _all_nodes(quant_model)
+            if n.op_type in back or (n.op_type in fmt["quantize"] and any(i in from_dq for i in n.input))}
+
+
+def _census(quant_model, fmt: dict, choice_kept: dict, exclude: list, kept_nodes: dict | None = None) -> tuple:
     """(quantized nodes per float op type, [{"node", "op_type", "reason"}] of candidate nodes left float).
 
-    A node counts as quantized when the format replaced it by its integer op (``quantized_as``) or,
-    for QDQ, when one of its inputs comes from a DequantizeLinear.
+    A node counts as quantized when the format replaced it by its integer op (``quantized_as``), when
+    one of its inputs comes from a DequantizeLinear (QDQ) or is an INT8 initializer (a weight-only
+    quantized embedding: ``Gather`` on an int8 table, then DequantizeLinear).  A node left float is
+    listed when it is a product (:data:`PRODUCTS`), reads a float constant, was excluded or sent back.
     """
     back = {v: k for k, v in fmt.get("quantized_as", {}).items()}
     from_dq = {o for n in _all_nodes(quant_model) if n.op_type == "DequantizeLinear" for o in n.output}
-    candidates = set(fmt["quantize"]) | set(choice_kept)
+    int8 = (onnx.TensorProto.INT8, onnx.TensorProto.UINT8)
+    from_dq |= {t.name for t in _all_initializers(quant_model) if t.data_type in int8}  # a Gather on an int8 table
+    candidates = set(fmt["quantize"]) | set(choice_kept) | {k["op_type"] for k in (kept_nodes or {}).values()}
+    float_consts = {t.name for t in _all_initializers(quant_model)
+                    if t.data_type in (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16)}
     done: Counter = Counter()
     kept = []
     for n in _all_nodes(quant_model):
@@ -112,8 +141,12 @@ def _census(quant_model, fmt: dict, choice_kept: dict, exclude: list) -> tuple:
             continue
         if n.name and n.name in exclude:
             why = "excluded by --exclude"
+        elif n.name and n.name in (kept_nodes or {}):
+            why = kept_nodes[n.name]["reason"]
         elif n.op_type in choice_kept:
             why = choice_kept[n.op_type]
+        elif n.op_type not in PRODUCTS and not any(i in float_consts for i in n.input):
+            continue  # a data-movement op (Transpose, an index Gather) onnxruntime quantizes only after a quantized input
         else:
             why = "onnxruntime.quantization leaves it float (e.g. no constant weight: both inputs are activations)"
         kept.append({"node": n.name or f"({n.op_type}, unnamed)", "op_type": n.op_type, "reason": why})
@@ -146,7 +179,7 @@ def _labels(model) -> Counter:
 def quantize(path, target: str, output, *, mode: str = "dynamic", calibration: str | None = None,
              per_channel: bool = False, exclude: list | None = None, profiles: list | None = None,
              inputs: list | None = None, seed: int = 0, dims: dict | None = None, gates: Gates | None = None,
-             runs: int = 10, repeats: int = 3) -> QuantizeReport:
+             runs: int = 10, repeats: int = 3, compare: bool = True) -> QuantizeReport:
     """Quantize *path* to INT8 for *target* and write *output* when it passes the checker and the gates.
 
     :param mode: ``dynamic`` (integer ops with run-time activation scales, else QDQ calibrated on
@@ -154,6 +187,7 @@ def quantize(path, target: str, output, *, mode: str = "dynamic", calibration: s
     :param calibration: an ``.npz`` file or a folder of them (see :mod:`op_coverage.quantize.calibration`).
     :param inputs: ``.npz``/``.pb`` files for the accuracy comparison (default: generated, *seed*, *dims*).
     :param runs: interleaved run pairs per latency repeat; 0 skips the latency measurement.
+    :param compare: also quantize with onnxruntime's defaults and measure it the same way (``baseline``).
     :raises ScanError: bad model / target / inputs (exit codes of ``scan``);
         :class:`NothingQuantized` (7) when the target runs no INT8 form of the model's ops;
         :class:`QuantizeCheckFailed` (6); :class:`QuantizeGateFailed` (5). Each carries ``.report``.
@@ -185,7 +219,7 @@ def quantize(path, target: str, output, *, mode: str = "dynamic", calibration: s
     report = QuantizeReport(str(src), str(out), profile.name, mode, per_channel=per_channel)
     try:
         _quantize(report, loaded, profile, src, out, calibration, exclude, inputs, seed, dims or {},
-                  gates or Gates(), runs, repeats, formats(), not_native)
+                  gates or Gates(), runs, repeats, formats(), not_native, compare)
     except ScanError as e:
         report.error = {"kind": e.kind, "message": str(e), "exit_code": e.exit_code}
         e.report = report
@@ -194,7 +228,7 @@ def quantize(path, target: str, output, *, mode: str = "dynamic", calibration: s
 
 
 def _quantize(report, loaded, profile, src, out, calibration, exclude, inputs, seed, dims, gates, runs, repeats,
-              facts, not_native) -> None:
+              facts, not_native, compare) -> None:
     from op_coverage.quantize.calibration import describe, generated_calibration, load_calibration
     from op_coverage.quantize.choice import choose
     from op_coverage.quantize.measure import compare_outputs, latency, model_bytes, session
@@ -218,7 +252,7 @@ def _quantize(report, loaded, profile, src, out, calibration, exclude, inputs, s
         base = src if why else pre
         tries = iter(range(1000))
 
-        def trial(name, fmt, variant, op_types):
+        def trial(name, fmt, variant, op_types, exclude_nodes=()):
             pc = report.per_channel
             if pc and name == "qdq" and opset < fmt.get("per_channel_min_opset", 0):
                 pc = False
@@ -227,7 +261,7 @@ def _quantize(report, loaded, profile, src, out, calibration, exclude, inputs, s
                 if note not in report.notes:
                     report.notes.append(note)
             dst = tmp / f"try{next(tries)}.onnx"
-            quantize_once(base, dst, fmt, variant, op_types, exclude=exclude, per_channel=pc,
+            quantize_once(base, dst, fmt, variant, op_types, exclude=exclude + list(exclude_nodes), per_channel=pc,
                           calibration=cal if fmt["calibration"] else None, external=external)
             return dst
 
@@ -235,6 +269,8 @@ def _quantize(report, loaded, profile, src, out, calibration, exclude, inputs, s
         report.choice = choice.to_dict()
         if choice.format is None:
             last = {t["format"]: t["outcome"] for t in choice.tried}
+            last.update({t["format"]: t["outcome"] for t in choice.tried  # what the target lacked, if anything
+                         if not t["outcome"].startswith("quantized nothing")})
             lacking = "; ".join(f"{k}: {v[:200]}" for k, v in last.items())
             raise NothingQuantized(f"{src.name}: no INT8 form {profile.name} runs natively ({lacking}); the model "
                                    f"stays float, nothing written; try another --mode, or a profile with the "
@@ -258,7 +294,8 @@ def _quantize(report, loaded, profile, src, out, calibration, exclude, inputs, s
             lambda why: QuantizeCheckFailed(f"quantized model fails onnx.checker ({why}); nothing written; "
                                             "try --exclude for the node it names, or --mode"))
         report.checked = True
-        report.quantized_nodes, report.kept_float = _census(qmodel, fmt, choice.kept_float, exclude)
+        report.quantized_nodes, report.kept_float = _census(qmodel, fmt, choice.kept_float, exclude,
+                                                             choice.kept_nodes)
         fb, qb = model_bytes(src), model_bytes(final)
         report.size = {"float_bytes": fb, "quantized_bytes": qb, "ratio": round(qb / fb, 4) if fb else None}
         try:
@@ -286,7 +323,21 @@ def _quantize(report, loaded, profile, src, out, calibration, exclude, inputs, s
                                      "--calibration, or a looser gate")
         if runs > 0:
             report.latency = latency(fs, qs, feeds, runs=runs, repeats=repeats)
-        del fs, qs
+        del qs
+        if compare:
+            from op_coverage.quantize.baseline import measure_baseline
+            report.baseline = measure_baseline(src, tmp / "onnxruntime-default.onnx", report.mode, cal, external, fs,
+                                               feeds, qb, runs, repeats)
+            bpath = tmp / "onnxruntime-default.onnx"
+            if "error" not in report.baseline and bpath.is_file():
+                theirs = quantized_node_names(onnx.load(str(bpath), load_external_data=False),
+                                              facts["formats"]["integer-dynamic" if report.mode == "dynamic" else "qdq"])
+                ours = quantized_node_names(qmodel, fmt)
+                ours |= {x.split("/MatMulAddFusion")[0] for x in ours}  # pre-processing fused MatMul + Add
+                names = {n.name: n.op_type for n in _all_nodes(struct) if n.name}
+                report.baseline["float_here"] = [{"node": n, "op_type": names[n]} for n in sorted(theirs - ours)
+                                                 if n in names]
+        del fs
         report.rescan, report.introduced = _rescan(final, profile, _labels(struct))
         from hal.util.io import give_default_mode  # onnx writes external data 0600; give both plain open()'s mode
         if report.external_data:

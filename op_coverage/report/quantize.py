@@ -52,6 +52,21 @@ def _lines(doc: dict) -> list[tuple[str, str]]:
                                     f"{_num(o['max_rel'])}, cosine {_num(o['cosine'], '.6f')}{top1}"))
         for f in acc["gates"]["failed"]:
             out.append(("GATE FAILED", f))
+    b = doc.get("baseline")
+    if b and b.get("error"):
+        out.append(("onnxruntime", f"{b['call']}: failed ({b['error']})"))
+    elif b:
+        bl, cos = b.get("latency"), [o["cosine"] for o in b["accuracy"] if o["cosine"] is not None]
+        out.append(("onnxruntime", f"{b['call']}: {_mb(b['bytes'])} ({b['ratio']:.3f}x); this result is "
+                                   f"{b['size_vs_baseline']:.3f}x its size"
+                                   + (f"; latency {bl['ratio']:.3f}x float (min {bl['min']:.3f}, max {bl['max']:.3f})"
+                                      if bl else "")
+                                   + (f"; cosine {min(cos):.6f}" if cos else "")))
+        here = b.get("float_here") or []
+        if here:
+            out.append(("float here", f"{len(here)} node(s) onnxruntime's default call quantizes stay float here: "
+                                      + ", ".join(f"{k['node']} ({k['op_type']})" for k in here[:10])
+                                      + (" ..." if len(here) > 10 else "")))
     rs = doc["rescan"]
     if rs:
         bad = ", ".join(f"{k} x{v}" for k, v in rs["not_native"].items())
