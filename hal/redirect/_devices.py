@@ -455,12 +455,26 @@ def _install_types(t: Redirection) -> None:
     t.patch(torch, "Event", stand_in_type(Event, new_event))
 
 
-# -- DataLoader(pin_memory_device="cuda") ----------------------------------------------------
+# -- DataLoader(pin_memory_device="cuda"), DataLoader(pin_memory=True) on cpu ----------------
+#: DataLoader's positional index of ``pin_memory`` (dataset, batch_size, shuffle, sampler,
+#: batch_sampler, num_workers, collate_fn, pin_memory)
+_DATALOADER_PIN_POS = 7
+
+
 def _install_dataloader(t: Redirection) -> None:
     from torch.utils.data import DataLoader
     orig_init = DataLoader.__init__
 
     def init(self, *args, **kwargs):
+        if t.device_type == "cpu":  # torch would warn "no accelerator is found" and not pin
+            pos = len(args) > _DATALOADER_PIN_POS and args[_DATALOADER_PIN_POS] is True
+            if pos or kwargs.get("pin_memory") is True:
+                if pos:
+                    args = args[:_DATALOADER_PIN_POS] + (False,) + args[_DATALOADER_PIN_POS + 1:]
+                else:
+                    kwargs["pin_memory"] = False
+                t.log.not_redirected("DataLoader(pin_memory=True)", "cpu: no device to pin host memory for; "
+                                     "batches stay ordinary tensors (values unchanged)")
         dev = kwargs.get("pin_memory_device")
         if isinstance(dev, str) and dev.startswith("cuda"):
             kwargs["pin_memory_device"] = "" if t.device_type == "cpu" else t.device_type

@@ -13,6 +13,7 @@ import pytest
 pytestmark = [pytest.mark.dist, pytest.mark.slow]
 SCRIPT = Path(__file__).parent / "hal_run_scripts" / "device_types.py"
 DEVICE = {"cpu": "cpu", "emu": "emu"}
+PINS = {"cpu": False, "emu": True}  # the emulator pins host memory; the cpu backend has nothing to pin for
 DEVICE_MODULE = {"cpu": "torch.cpu", "emu": "hal.emu._module"}  # what torch.get_device_module(<type>) is
 
 
@@ -29,6 +30,7 @@ def check_single(out, backend):
     assert out["autocast_available"] is True
     assert out["pinned_factories"] == [[4], 0.0]
     assert out["safetensors"] == [DEVICE[backend], [0.0, 1.0, 2.0]]
+    assert out["dataloader_pinned"] == [[0.0, 1.0], PINS[backend]]
 
 
 @pytest.mark.emu
@@ -48,3 +50,4 @@ def test_init_device_mesh_cuda_at_two_ranks(tmp_path, backend):
         assert out["mesh"] == [DEVICE[backend], [3.0, 3.0]]
     if backend == "cpu":  # reported at the user's line
         assert "NOT redirected torch.empty(pin_memory=True) -> cpu: no device to pin host memory" in proc.stderr
+        assert "NOT redirected DataLoader(pin_memory=True) -> cpu: no device to pin host memory" in proc.stderr

@@ -90,3 +90,16 @@ def test_every_pinned_factory_makes_an_ordinary_tensor_on_the_cpu_backend(backen
         assert torch.ones(2).new_zeros(3, pin_memory=True).sum() == 0
         assert torch.tensor([1.0], pin_memory=True).item() == 1.0
         assert any("pin_memory=True" in r["call"] for r in t.log.rows("not_redirected"))
+
+
+@pytest.mark.parametrize("backend", ["cpu"], indirect=True)
+def test_dataloader_pin_memory_true_makes_ordinary_batches_without_torchs_warning_on_the_cpu_backend(backend):
+    import warnings
+    from torch.utils.data import DataLoader, TensorDataset
+    data = TensorDataset(torch.arange(4.0).reshape(4, 1))
+    with hal.redirect.enable(backend) as t, warnings.catch_warnings():
+        warnings.simplefilter("error")  # torch's "no accelerator is found" UserWarning would raise
+        by_kw = next(iter(DataLoader(data, batch_size=2, pin_memory=True)))[0]
+        by_pos = next(iter(DataLoader(data, 2, False, None, None, 0, None, True)))[0]
+        assert by_kw.tolist() == by_pos.tolist() == [[0.0], [1.0]]
+        assert [r["call"] for r in t.log.rows("not_redirected")].count("DataLoader(pin_memory=True)") == 2

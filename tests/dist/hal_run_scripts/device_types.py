@@ -1,5 +1,5 @@
-"""A CUDA script's device-type strings and pinned factories (issue 20, items 3-4): writes what it
-saw to argv[1] (rank r > 0: argv[1].r)."""
+"""A CUDA script's device-type strings, pinned factories and DataLoader(pin_memory=True) (issue 20,
+items 3-4): writes what it saw to argv[1] (rank r > 0: argv[1].r)."""
 import json
 import os
 import sys
@@ -15,6 +15,9 @@ out = {"device_module": torch.get_device_module("cuda").__name__,
 x = torch.empty(4, pin_memory=True)
 y = torch.zeros(2, 3, pin_memory=True, device="cpu")
 out["pinned_factories"] = [list(x.shape), y.sum().item()]
+loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.arange(4.0)), batch_size=2, pin_memory=True)
+batch = next(iter(loader))[0]
+out["dataloader_pinned"] = [batch.tolist(), batch.is_pinned()]
 path = os.path.join(os.path.dirname(sys.argv[1]), f"w{rank}.safetensors")
 st.save_file({"w": torch.arange(3.0)}, path)
 w = st.load_file(path, device="cuda:0")["w"]
