@@ -277,7 +277,14 @@ def check_collectives(ctx: Context) -> str:
             raise Fail(f"broadcast from rank 1 gave {r['broadcast']} on rank {r['rank']}")
         if r["all_gather"] != [[0.0, 0.0], [1.0, 1.0]]:
             raise Fail(f"all_gather gave {r['all_gather']} on rank {r['rank']}")
-    return f"all_reduce, broadcast, all_gather, barrier over {res[0]['backend']}"
+        for part, v in r.get("c10d", {}).items():
+            if not v["ok"]:
+                raise Fail(f"c10d's {part} fails on rank {r['rank']} ({v['value']}): DeviceMesh, DTensor and "
+                           f"FSDP2 read it; register the CCL's backend on its group for the device type "
+                           f"(ProcessGroup._register_backend) so c10d can name and look it up")
+        if r.get("c10d", {}).get("new_group", {}).get("value") != 2.0:
+            raise Fail(f"all_reduce over new_group on rank {r['rank']} gave {r['c10d']['new_group']['value']}, expected 2.0")
+    return f"all_reduce, broadcast, all_gather, barrier, group name, _get_backend, new_group over {res[0]['backend']}"
 
 
 def check_op_profile(ctx: Context) -> str:
