@@ -12,7 +12,11 @@ else
   echo "hal setup: no importable torch; installing the CPU build ($spec)"
   "$PY" -m pip install -q "$spec"
 fi
-"$PY" -m pip install -q -e ".[test]"
+# the test and framework extras must never replace the torch found (or installed) above: pin it to
+# itself in a constraint file made now (build/ is git-ignored)
+mkdir -p build
+"$PY" -c 'import torch; print("torch==" + torch.__version__)' > build/torch-constraint.txt
+"$PY" -m pip install -q -e ".[test,frameworks]" -c build/torch-constraint.txt
 "$PY" -c "import hal; print('hal setup: hal', hal.__version__, 'installed; native host kernels:', 'yes' if hal.native_available() else 'no')"
 # the emulated accelerator links against this torch: compile it now rather than on first use
 "$PY" -m hal.emu.build

@@ -30,7 +30,7 @@ import check_plain_cpu as corpus  # noqa: E402  (the shared harness)
 MANIFEST = os.path.join(HERE, "manifest.json")
 SCRIPTS = os.path.join(HERE, "scripts")
 REQUIRED = ("name", "script", "args", "nproc_per_node", "launched_by", "plain", "idioms", "loss_regex",
-            "deterministic", "compare", "checks", "hal_env", "blocked_by")
+            "deterministic", "compare", "checks", "hal_env", "blocked_by", "static_rules")
 RTOL = 1e-5
 
 
@@ -52,6 +52,9 @@ def validate_manifest(manifest):
         for backend in list(e.get("hal_env", {})) + list(e.get("blocked_by", {})):
             if backend not in ("cpu", "emu", "plain"):
                 problems.append(f"{name}: unknown backend {backend!r}")
+        for backend, b in e.get("blocked_by", {}).items():
+            if not b.get("items") or not set(b["items"]) <= {3, 4, 5, 8, 9} or not b.get("error"):
+                problems.append(f"{name}: blocked_by[{backend!r}] needs items (of 3, 4, 5, 8, 9) and the error")
     return problems
 
 
