@@ -14,7 +14,7 @@ SPEC=${HAL_TIMM_SPEC:-torch==2.14.1 torchvision==0.29.1 timm}
 # shellcheck disable=SC2086
 "$VENV/bin/python" -m pip install -q $SPEC
 mkdir -p build
-"$VENV/bin/python" -c 'import torch; print("torch==" + torch.__version__)' > build/torch-constraint-timm.txt
+"$VENV/bin/python" -c 'import torch; print("torch==" + torch.__version__.split("+")[0])' > build/torch-constraint-timm.txt
 "$VENV/bin/python" -m pip install -q -e ".[test,frameworks]" -c build/torch-constraint-timm.txt
 "$VENV/bin/python" -c 'import timm, torch, torchvision; print("frameworks-timm: timm", timm.__version__, "torch", torch.__version__, "torchvision", torchvision.__version__)'
 "$VENV/bin/python" -m hal.emu.build

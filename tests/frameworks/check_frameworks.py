@@ -30,7 +30,7 @@ import check_plain_cpu as corpus  # noqa: E402  (the shared harness)
 MANIFEST = os.path.join(HERE, "manifest.json")
 SCRIPTS = os.path.join(HERE, "scripts")
 REQUIRED = ("name", "script", "args", "nproc_per_node", "launched_by", "plain", "idioms", "loss_regex",
-            "deterministic", "compare", "checks", "hal_env", "blocked_by", "static_rules")
+            "deterministic", "compare", "checks", "hal_env", "blocked_by", "static_rules", "seconds")
 RTOL = 1e-5
 
 

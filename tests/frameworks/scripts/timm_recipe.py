@@ -4,6 +4,7 @@
 import argparse
 
 import timm
+import timm.optim
 import timm.utils
 import torch
 import torch.nn.functional as F
