@@ -1,5 +1,5 @@
 PY ?= python3
-.PHONY: setup demo test bench gpu-check corpus-cuda-torch zoo chaos frameworks
+.PHONY: setup demo test bench gpu-check corpus-cuda-torch zoo chaos frameworks frameworks-timm
 setup:
 	bash scripts/setup.sh
 # the main job on the embedded defaults
@@ -25,6 +25,10 @@ zoo:
 # (2 ranks, every backend) through hal run: not in make test
 frameworks:
 	$(PY) -m pytest -q -m frameworks
+# the timm recipe of tests/frameworks with timm itself, in .venv-timm (PyPI's CUDA torch + torchvision,
+# about 5.5 GB: not in CI), through hal run on cpu and emu
+frameworks-timm:
+	bash scripts/frameworks_timm.sh
 # the whole fault matrix of a 2-rank job under torchrun --max-restarts (CPU and emulator,
 # several seeds; about 10 minutes): docs/fault-tolerance.md
 chaos:

@@ -12,7 +12,12 @@ else
   echo "hal setup: no importable torch; installing the CPU build ($spec)"
   "$PY" -m pip install -q "$spec"
 fi
-"$PY" -m pip install -q -e ".[test]"
+# the test and framework extras must never replace the torch found (or installed) above: pin it to
+# itself in a constraint file made now (build/ is git-ignored); the public version (no +cpu / +cu130
+# label): a global pip constraint such as torch<=2.14.1 excludes 2.14.1+cu130 but admits ==2.14.1
+mkdir -p build
+"$PY" -c 'import torch; print("torch==" + torch.__version__.split("+")[0])' > build/torch-constraint.txt
+"$PY" -m pip install -q -e ".[test,frameworks]" -c build/torch-constraint.txt
 "$PY" -c "import hal; print('hal setup: hal', hal.__version__, 'installed; native host kernels:', 'yes' if hal.native_available() else 'no')"
 # the emulated accelerator links against this torch: compile it now rather than on first use
 "$PY" -m hal.emu.build

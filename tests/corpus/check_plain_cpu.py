@@ -55,22 +55,33 @@ def load_manifest(path=MANIFEST):
         return json.load(f)
 
 
-def validate_manifest(manifest):
-    """Problems with the manifest itself, as a list of strings (empty when it is consistent)."""
+def entry_name(entry):
+    """An entry's id: its ``name`` where one script has several entries (other arguments), else the script."""
+    return entry.get("name") or entry.get("script", "?")
+
+
+def validate_manifest(manifest, scripts=SCRIPTS, required=("script", "args", "nproc_per_node", "idioms",
+                                                            "loss_regex", "deterministic")):
+    """Problems with the manifest itself, as a list of strings (empty when it is consistent).
+
+    ``scripts`` is the folder of the scripts and ``required`` the keys every entry has
+    (tests/frameworks reuses this with its own folder and schema)."""
     problems = []
     defined = set(manifest.get("idioms", {}))
     used = set()
     seen = set()
+    files = set()
     for e in manifest["scripts"]:
-        name = e.get("script", "?")
+        name = entry_name(e)
         if name in seen:
             problems.append(f"{name}: listed twice")
         seen.add(name)
-        for key in ("script", "args", "nproc_per_node", "idioms", "loss_regex", "deterministic"):
+        files.add(e.get("script"))
+        for key in required:
             if key not in e:
                 problems.append(f"{name}: missing {key!r}")
-        if not os.path.isfile(os.path.join(SCRIPTS, name)):
-            problems.append(f"{name}: no such file in {SCRIPTS}")
+        if not os.path.isfile(os.path.join(scripts, e.get("script", "?"))):
+            problems.append(f"{name}: no such file in {scripts}")
         if not e.get("deterministic", True) and not e.get("why_not_deterministic"):
             problems.append(f"{name}: deterministic is false but why_not_deterministic is empty")
         try:
@@ -84,22 +95,25 @@ def validate_manifest(manifest):
                 problems.append(f"{name}: idiom {i!r} is not defined in the manifest's 'idioms'")
     for i in sorted(defined - used):
         problems.append(f"idiom {i!r} is defined but no script uses it")
-    on_disk = {f for f in os.listdir(SCRIPTS) if f.endswith(".py")}
-    for f in sorted(on_disk - seen):
+    on_disk = {f for f in os.listdir(scripts) if f.endswith(".py")}
+    for f in sorted(on_disk - files):
         problems.append(f"{f}: script without a manifest entry")
     return problems
 
 
-def command_for(entry, python=sys.executable, hal=None):
-    script = os.path.join(SCRIPTS, entry["script"])
+def command_for(entry, python=sys.executable, hal=None, scripts=SCRIPTS, args=None):
+    """The command line that runs ``entry``: plain python (torchrun when ``nproc_per_node`` >= 1)
+    or, with ``hal=BACKEND``, ``hal run [--nproc-per-node N]``; ``args`` replaces the entry's."""
+    script = os.path.join(scripts, entry["script"])
+    args = entry["args"] if args is None else args
     n = int(entry.get("nproc_per_node") or 0)
     if hal:
         exe = shutil.which("hal") or "hal"
-        return [exe, "run", *([f"--nproc-per-node={n}"] if n >= 1 else []), script, *entry["args"]]
+        return [exe, "run", *([f"--nproc-per-node={n}"] if n >= 1 else []), script, *args]
     if n >= 1:
         return [python, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={n}",
-                script, *entry["args"]]
-    return [python, script, *entry["args"]]
+                script, *args]
+    return [python, script, *args]
 
 
 def extract_losses(regex, text):

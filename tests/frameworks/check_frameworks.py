@@ -1,0 +1,180 @@
+#!/usr/bin/env python3
+"""Run the framework corpus (tests/frameworks/manifest.json) and check it against the manifest.
+
+Each entry is a recipe written for an NVIDIA GPU.  Plain (default): every entry whose
+``plain`` is true runs with plain Python on this machine (``plain_args`` replace its args,
+e.g. ``accelerator="cpu"``), as tests/corpus/check_plain_cpu.py does; ``--hal BACKEND`` runs
+every entry through ``HAL_BACKEND=BACKEND hal run [--nproc-per-node N]`` with the entry's
+``hal_env``.  A run passes with exit 0, at least one loss matched by ``loss_regex`` and every
+line of ``checks`` printed (the scripts print them only when their own resume / reload check
+passed).  ``--compare`` also makes the reference runs the entry's ``compare`` names
+(``cpu=plain``, ``emu=plain``, ``emu=cpu``) and fails when the losses differ by more than ``--rtol``.
+
+    python tests/frameworks/check_frameworks.py                       # plain, where the framework allows
+    python tests/frameworks/check_frameworks.py --hal cpu --compare   # through hal run, losses vs plain
+    python tests/frameworks/check_frameworks.py --hal emu peft_lora --json
+
+Entries whose ``requires`` module (timm) cannot be imported are skipped.  Exit status 0 when
+every selected entry passes.  The run/compare machinery is tests/corpus/check_plain_cpu.py's.
+"""
+import argparse
+import importlib.util
+import json
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "corpus"))
+import check_plain_cpu as corpus  # noqa: E402  (the shared harness)
+
+MANIFEST = os.path.join(HERE, "manifest.json")
+SCRIPTS = os.path.join(HERE, "scripts")
+REQUIRED = ("name", "script", "args", "nproc_per_node", "launched_by", "plain", "idioms", "loss_regex",
+            "deterministic", "compare", "checks", "hal_env", "blocked_by", "static_rules", "seconds")
+RTOL = 1e-5
+
+
+def load_manifest(path=MANIFEST):
+    return corpus.load_manifest(path)
+
+
+def validate_manifest(manifest):
+    """The corpus checks plus this schema's own: compare pairs that can be made, known backends."""
+    problems = corpus.validate_manifest(manifest, scripts=SCRIPTS, required=REQUIRED)
+    for e in manifest["scripts"]:
+        name = corpus.entry_name(e)
+        for pair in e.get("compare", []):
+            a, _, b = pair.partition("=")
+            if a not in ("cpu", "emu") or b not in ("plain", "cpu") or a == b:
+                problems.append(f"{name}: bad compare {pair!r} (cpu=plain, emu=plain or emu=cpu)")
+            if b == "plain" and not e.get("plain"):
+                problems.append(f"{name}: compare {pair!r} but the entry does not run plain")
+        for backend in list(e.get("hal_env", {})) + list(e.get("blocked_by", {})):
+            if backend not in ("cpu", "emu", "plain"):
+                problems.append(f"{name}: unknown backend {backend!r}")
+        for backend, b in e.get("blocked_by", {}).items():
+            if not b.get("items") or not set(b["items"]) <= {3, 4, 5, 8, 9} or not b.get("error"):
+                problems.append(f"{name}: blocked_by[{backend!r}] needs items (of 3, 4, 5, 8, 9) and the error")
+    return problems
+
+
+def missing_requirement(entry):
+    """The first module of ``requires`` that cannot be imported here, else None."""
+    for mod in entry.get("requires", []):
+        try:
+            if importlib.util.find_spec(mod) is None:
+                return mod
+        except Exception:  # a module that fails while being found (timm without torchvision) is missing too
+            return mod
+    return None
+
+
+def command(entry, mode):
+    """The command line of ``entry`` in ``mode``: ``plain``, ``cpu`` or ``emu``."""
+    if mode == "plain":
+        return corpus.command_for(entry, scripts=SCRIPTS, args=entry.get("plain_args", entry["args"]))
+    return corpus.command_for(entry, hal=mode, scripts=SCRIPTS)
+
+
+def environment(entry, mode, base=None):
+    """The environment of a run in ``mode``: one intra-op thread (2 shared cores), HAL_BACKEND, hal_env."""
+    env = dict(os.environ if base is None else base, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
+    if mode != "plain":
+        env["HAL_BACKEND"] = mode
+        env.update(entry.get("hal_env", {}).get(mode, {}))
+    return env
+
+
+def run(entry, mode, timeout=300):
+    """One run: a dict with rc, seconds, losses, the check lines missing, and the error line."""
+    rc, secs, cpu, out, err = corpus.run_once(command(entry, mode), timeout, env=environment(entry, mode))
+    losses = corpus.extract_losses(entry["loss_regex"], out)
+    missing = [c for c in entry.get("checks", []) if c not in out]
+    problems = []
+    if rc != 0:
+        problems.append(f"exit {rc}: {corpus.first_error_line(err, out)}")
+    elif not losses:
+        problems.append(f"no loss matched {entry['loss_regex']!r}")
+    elif missing:
+        problems.append(f"check line(s) not printed: {missing}")
+    return {"mode": mode, "rc": rc, "seconds": round(secs, 2), "cpu_seconds": round(cpu, 2), "losses": losses,
+            "missing_checks": missing, "error": None if rc == 0 else corpus.first_error_line(err, out),
+            "problems": problems, "stdout_tail": out.splitlines()[-20:], "stderr_tail": err.splitlines()[-30:]}
+
+
+def compare(a, b, rtol=RTOL):
+    """Problems (a list) between two runs' losses."""
+    if a["problems"] or b["problems"]:
+        return [f"{a['mode']}={b['mode']}: not compared (a run failed)"]
+    diff = corpus.max_rel_diff(b["losses"], a["losses"])
+    if diff > rtol:
+        return [f"{a['mode']}={b['mode']}: losses differ (max relative difference {diff:.3g}): "
+                f"{corpus.short(a['losses'])} vs {corpus.short(b['losses'])}"]
+    return []
+
+
+def check_entry(entry, mode, do_compare=False, rtol=RTOL, timeout=300):
+    """Run ``entry`` in ``mode`` (and its references with ``do_compare``); the result as a dict."""
+    main = run(entry, mode, timeout)
+    result = {"name": corpus.entry_name(entry), "mode": mode, "command": " ".join(command(entry, mode)[1:]),
+              "run": main, "references": {}, "problems": list(main["problems"])}
+    if do_compare:
+        for pair in entry.get("compare", []):
+            a, _, b = pair.partition("=")
+            if a != mode:
+                continue
+            ref = result["references"].get(b) or run(entry, b, timeout)
+            result["references"][b] = ref
+            result["problems"] += compare(main, ref, rtol)
+    result["ok"] = not result["problems"]
+    return result
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("names", nargs="*", help="entries to run (default: all)")
+    ap.add_argument("--hal", metavar="BACKEND", choices=["cpu", "emu"], help="run through `hal run` on BACKEND")
+    ap.add_argument("--compare", action="store_true", help="also run the references of the entry's compare")
+    ap.add_argument("--rtol", type=float, default=RTOL)
+    ap.add_argument("--timeout", type=float, default=300.0)
+    ap.add_argument("--json", action="store_true", help="print the results as JSON")
+    args = ap.parse_args(argv)
+    manifest = load_manifest()
+    problems = validate_manifest(manifest)
+    entries = [e for e in manifest["scripts"] if not args.names or corpus.entry_name(e) in args.names]
+    unknown = set(args.names) - {corpus.entry_name(e) for e in entries}
+    if unknown:
+        ap.error(f"not in the manifest: {', '.join(sorted(unknown))}")
+    mode = args.hal or "plain"
+    results = []
+    for e in entries:
+        name = corpus.entry_name(e)
+        skip = missing_requirement(e) or (None if mode != "plain" or e["plain"] else "does not run plain")
+        if skip:
+            results.append({"name": name, "mode": mode, "skipped": skip if " " in skip else f"needs {skip}",
+                            "ok": True, "problems": []})
+            if not args.json:
+                print(f"skip {name:<28} {results[-1]['skipped']}", flush=True)
+            continue
+        r = check_entry(e, mode, args.compare, args.rtol, args.timeout)
+        results.append(r)
+        if not args.json:
+            print(f"{'ok' if r['ok'] else 'FAIL':4} {name:<28} {r['run']['seconds']:6.2f}s "
+                  f"{corpus.short(r['run']['losses'])}", flush=True)
+            for p in r["problems"]:
+                print(f"     ! {p}", flush=True)
+    passed = sum(r["ok"] and "skipped" not in r for r in results)
+    ran = sum("skipped" not in r for r in results)
+    if args.json:
+        json.dump({"manifest_problems": problems, "mode": mode, "results": results, "passed": passed,
+                   "ran": ran}, sys.stdout, indent=1)
+        print()
+    else:
+        for p in problems:
+            print(f"manifest: {p}")
+        print(f"{passed}/{ran} entries passed ({mode})" + (f"; {len(problems)} manifest problem(s)" if problems else ""))
+    return 0 if passed == ran and not problems else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
