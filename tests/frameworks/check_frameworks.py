@@ -103,7 +103,8 @@ def run(entry, mode, timeout=300):
 
 
 def compare(a, b, rtol=RTOL):
-    """Problems (a list) between two runs' losses."""
+    """Problems (a list) between two runs' losses (an entry's own ``rtol`` replaces the default,
+    with its ``rtol_why``)."""
     if a["problems"] or b["problems"]:
         return [f"{a['mode']}={b['mode']}: not compared (a run failed)"]
     diff = corpus.max_rel_diff(b["losses"], a["losses"])
@@ -125,7 +126,7 @@ def check_entry(entry, mode, do_compare=False, rtol=RTOL, timeout=300):
                 continue
             ref = result["references"].get(b) or run(entry, b, timeout)
             result["references"][b] = ref
-            result["problems"] += compare(main, ref, rtol)
+            result["problems"] += compare(main, ref, entry.get("rtol", rtol))
     result["ok"] = not result["problems"]
     return result
 

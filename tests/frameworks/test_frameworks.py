@@ -102,5 +102,5 @@ def test_recipe_runs_unmodified_through_hal_run(name, mode):
     for pair in entry["compare"]:
         a, _, b = pair.partition("=")
         if a == mode:
-            problems = fw.compare(r, _run(name, b))
+            problems = fw.compare(r, _run(name, b), entry.get("rtol", fw.RTOL))
             assert not problems, "\n".join(problems)

@@ -40,3 +40,28 @@ def test_every_corpus_idiom_is_named_in_the_tables():
         named.update(re.findall(r"`([a-z0-9-]+)`", row.rstrip().rstrip("|").rsplit("|", 1)[1]))
     missing = sorted(set(MANIFEST["idioms"]) - named)
     assert not missing, f"corpus idioms docs/redirect.md does not name: {missing}"
+
+
+FRAMEWORKS = json.loads((ROOT / "tests" / "frameworks" / "manifest.json").read_text())
+
+
+def _framework_sections():
+    """{section title: entries its "Corpus entries:" line names} of the Frameworks part."""
+    part = DOC.split("\n## Frameworks\n", 1)[1].split("\n## ", 1)[0]
+    sections = {}
+    for block in part.split("\n### ")[1:]:
+        title, body = block.split("\n", 1)
+        line = body.split("- Corpus entries:", 1)[1].split("\n- ", 1)[0].split("\n\n", 1)[0]
+        sections[title.strip()] = re.findall(r"`([a-z0-9_]+)`", line)
+    return sections
+
+
+def test_each_framework_section_names_corpus_entries_and_every_entry_is_named():
+    sections = _framework_sections()
+    assert {"Hugging Face Trainer and PEFT", "Accelerate", "Lightning (Trainer, Fabric)", "timm",
+            "torch.compile"} <= set(sections)
+    entries = {e["name"] for e in FRAMEWORKS["scripts"]}
+    named = {n for names in sections.values() for n in names}
+    assert all(sections.values()), f"a section names no corpus entry: {sections}"
+    assert named <= entries, f"docs/redirect.md names entries tests/frameworks lacks: {sorted(named - entries)}"
+    assert entries <= named, f"tests/frameworks entries no framework section names: {sorted(entries - named)}"
