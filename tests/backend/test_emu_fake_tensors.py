@@ -7,29 +7,18 @@ Tensor (e.g. FakeTensor ...)` under `torch.compile`) fails here.  The CPU is the
 an op whose first float32 sample traces on CPU fake tensors must trace on emu fake tensors,
 with the same output shapes, on the emu device.
 """
-import warnings
-
 import pytest
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils._pytree import tree_leaves, tree_map
 
-import hal.emu
-from test_emu_opinfo import NOT_ON_EMU
+from test_emu_opinfo import NOT_ON_EMU, emulator  # noqa: F401 - the module's autouse fixture: emu installed
 
 pytestmark = pytest.mark.emu
 
 common_methods_invocations = pytest.importorskip(
     "torch.testing._internal.common_methods_invocations",
     reason="torch's OpInfo database needs expecttest (installed with hal's test extras)")
-
-
-@pytest.fixture(scope="module", autouse=True)
-def emulator():
-    hal.emu.install()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        yield
 
 
 def _trace(op, sample, device):
