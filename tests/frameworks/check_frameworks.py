@@ -134,7 +134,8 @@ def check_entry(entry, mode, do_compare=False, rtol=RTOL, timeout=300):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("names", nargs="*", help="entries to run (default: all)")
-    ap.add_argument("--hal", metavar="BACKEND", choices=["cpu", "emu"], help="run through `hal run` on BACKEND")
+    ap.add_argument("--hal", metavar="BACKEND", choices=["cpu", "emu", "cuda"],
+                    help="run through `hal run` on BACKEND (cuda: on a GPU, make gpu-check)")
     ap.add_argument("--compare", action="store_true", help="also run the references of the entry's compare")
     ap.add_argument("--rtol", type=float, default=RTOL)
     ap.add_argument("--timeout", type=float, default=300.0)
