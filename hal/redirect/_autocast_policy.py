@@ -4,7 +4,7 @@ torch's CPU autocast has its own op lists: under it ``log_softmax``, ``softmax``
 ``sum``, ``exp`` ... of a float16 tensor stay float16 where CUDA (and the emulator, whose
 PrivateUse1 autocast registers CUDA's lists) run them in float32.  While a redirected
 ``autocast("cuda")`` is entered on the cpu backend, a torch-function mode applies CUDA's lists
-(``hal/data/torch/cuda_autocast_policy.json``, from torch's autocast_mode.h) to the calls a
+(``hal/data/cuda_autocast_policy.json``, from torch's autocast_mode.h) to the calls a
 script makes: fp32 ops get their float16/bfloat16 tensors as float32, lower-precision ops their
 float32 tensors in the autocast dtype, promote ops their tensors in the widest dtype.  Outside
 autocast nothing is pushed, so nothing costs anything there.
@@ -28,7 +28,7 @@ def cuda_policy() -> Dict[str, str]:
     """Op name (aten name, or the Python name a script calls) -> ``lower_precision`` / ``fp32``
     / ``promote`` (CUDA's autocast lists) or ``native`` (left in the input dtype by CUDA, run in
     float32 by the CPU's autocast), read from the data file."""
-    data = json.loads(resources.files("hal").joinpath("data", "torch", "cuda_autocast_policy.json")
+    data = json.loads(resources.files("hal").joinpath("data", "cuda_autocast_policy.json")
                       .read_text(encoding="utf-8"))
     policy = {}
     for kind, lists in ((LOWER, ("lower_precision",)), (FP32, ("fp32", "fp32_set_opt_dtype", "fp32_append_dtype")),

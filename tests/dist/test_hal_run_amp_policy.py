@@ -11,7 +11,7 @@ import pytest
 
 pytestmark = [pytest.mark.dist, pytest.mark.slow, pytest.mark.emu]
 SCRIPT = Path(__file__).parent / "hal_run_scripts" / "amp_policy.py"
-#: CUDA's autocast policy (hal/data/torch/cuda_autocast_policy.json)
+#: CUDA's autocast policy (hal/data/cuda_autocast_policy.json)
 CUDA_DTYPES = {"linear": "torch.float16", "layer_norm": "torch.float32", "log_softmax": "torch.float32",
                "sum": "torch.float32", "softmax": "torch.float32", "exp": "torch.float32", "mm": "torch.float16"}
 
