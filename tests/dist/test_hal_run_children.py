@@ -94,20 +94,12 @@ def test_hal_cpu_devices_shows_a_multi_gpu_gate_several_logical_cpu_devices(tmp_
 
 
 # -- Lightning starts its own ranks -------------------------------------------------------------
-#: what emuccl answers Lightning 2.6's init_process_group(device_id=...) until it supports it (issue 20, item 8)
-EMUCCL_DEVICE_ID = "No backend type associated with device type emu"
-
-
 @pytest.mark.parametrize("backend", [CPU, pytest.param("emu", id="emu", marks=[pytest.mark.emu, pytest.mark.frameworks])])
 def test_lightning_ddp_starts_rank_1_under_the_redirection(backend, tmp_path):
     pytest.importorskip("lightning")
     env = {"HAL_CPU_DEVICES": "2"} if backend == "cpu" else {}
     proc = hal_run(backend, "--quiet", "--report", tmp_path / "report.json", SCRIPTS / "lightning_ddp.py", tmp_path,
                    env=env, timeout=600)
-    if backend == "emu" and proc.returncode != 0 and EMUCCL_DEVICE_ID in proc.stderr:
-        # both ranks got past Lightning's accelerator check (rank 1 under the redirection) to the collective
-        assert "child process" in proc.stderr and "(LOCAL_RANK=1)" in proc.stderr
-        pytest.xfail(f"emuccl: {EMUCCL_DEVICE_ID} (issue 20, item 8)")
     assert proc.returncode == 0, proc.stderr[-4000:]
     ranks = [json.loads((tmp_path / f"rank{i}.json").read_text()) for i in (0, 1)]
     devices = ["cpu", "cpu"] if backend == "cpu" else ["emu:0", "emu:1"]  # rank 1 on its own device
