@@ -8,6 +8,7 @@ gloo on CPU views of the emulated tensors' bytes — in place, without copies.
 """
 from __future__ import annotations
 
+import torch
 import torch.distributed as dist
 
 from hal.emu._device import DEVICE_TYPE
@@ -50,7 +51,6 @@ class EmuCCL(dist.ProcessGroup):
         # registered on the group; a Python group has none of its own: register the gloo it runs
         # on for both device types.  Collectives still reach this class's methods (c10d calls the
         # group's virtual methods; the functional collectives resolve the group by that name).
-        import torch
         for device_type, backend_type in (("cpu", dist.ProcessGroup.BackendType.GLOO),
                                           (DEVICE_TYPE, dist.ProcessGroup.BackendType.CUSTOM)):
             self._register_backend(torch.device(device_type), backend_type, self._gloo)
