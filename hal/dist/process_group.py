@@ -189,6 +189,18 @@ def _connect_store(addr: str, port: int, rank: int, world_size: int, timeout_s: 
 
 def _meet(store, prefix: str, rank: int, world_size: int, timeout_s: float) -> None:
     """Every rank posts its view of the job; wait for all, naming the missing and the odd ones."""
+    try:
+        _meet_on(store, prefix, rank, world_size, timeout_s)
+    except (dist.DistError, RuntimeError) as exc:  # the store's host (rank 0) left mid-rendezvous
+        if isinstance(exc, DistError):
+            raise
+        raise RendezvousError(
+            f"rank {rank} lost the rendezvous store (rank 0's) while the ranks were meeting "
+            f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}); rank 0 stopped "
+            f"first: its error names the cause") from None
+
+
+def _meet_on(store, prefix: str, rank: int, world_size: int, timeout_s: float) -> None:
     me = {"world_size": world_size, "host": socket.gethostname(), "pid": os.getpid()}
     store.set(f"{prefix}/join/{rank}", json.dumps(me))
     deadline = time.monotonic() + timeout_s
@@ -200,6 +212,7 @@ def _meet(store, prefix: str, rank: int, world_size: int, timeout_s: float) -> N
                 seen[r] = json.loads(store.get(f"{prefix}/join/{r}"))
         odd = {r: v["world_size"] for r, v in seen.items() if v["world_size"] != world_size}
         if odd:
+            _leave_together(store, prefix, rank, seen, timeout_s)
             others = ", ".join(f"rank {r} on {seen[r]['host']} has WORLD_SIZE={w}" for r, w in sorted(odd.items()))
             raise RendezvousError(f"mismatched world size: rank {rank} has WORLD_SIZE={world_size} but "
                                   f"{others}; start every rank with the same WORLD_SIZE (torchrun "
@@ -214,6 +227,19 @@ def _meet(store, prefix: str, rank: int, world_size: int, timeout_s: float) -> N
                 f"{len(seen)} joined); start the missing ranks or lower WORLD_SIZE")
         time.sleep(delay)
         delay = min(delay * 2, 0.05)
+
+
+def _leave_together(store, prefix: str, rank: int, seen: dict, timeout_s: float) -> None:
+    """Mark this rank as leaving; rank 0, whose process hosts the store, waits (a few seconds at
+    most) until every rank it saw has read the others' views and left, so each names the cause."""
+    store.set(f"{prefix}/left/{rank}", "1")
+    if rank != 0:
+        return
+    until = time.monotonic() + min(timeout_s, 5.0)
+    pending = [f"{prefix}/left/{r}" for r in seen if r != 0]
+    while pending and time.monotonic() < until:
+        pending = [k for k in pending if not store.check([k])]
+        time.sleep(0.01)
 
 
 def init(backend: Optional[str] = None, *, timeout: Optional[float] = None,
