@@ -27,23 +27,36 @@ def default_quantize(src: Path, dst: Path, mode: str, calibration: list[dict], e
 
 
 def measure_baseline(src: Path, dst: Path, mode: str, calibration: list[dict], external: bool, float_sess, feeds,
-                     hal_bytes: int, runs: int, repeats: int) -> dict:
+                     hal_bytes: int, runs: int, repeats: int, made: bool | str = False, same=None) -> dict:
     """``{"call", "bytes", "ratio", "size_vs_baseline", "latency", "accuracy"}`` of onnxruntime's default result.
 
     ``error`` instead of the figures when onnxruntime cannot quantize or run the model its own way.
+
+    :param made: True when *dst* holds that result already (made while choosing), a string when the
+        call failed then (the message), False to make it now.
+    :param same: ``(path, latency, outputs)`` of hal's result: when *dst* has the same bytes as that
+        file, its latency and accuracy are that result's (one model, measured once).
     """
     from op_coverage.quantize.measure import compare_outputs, latency, model_bytes, session
     out = {"call": CALLS[mode]}
+    if isinstance(made, str):
+        out["error"] = made
+        return out
     try:
-        default_quantize(src, dst, mode, calibration, external)
-        sess = session(dst)
-        acc = compare_outputs(float_sess, sess, feeds)
+        if not made:
+            default_quantize(src, dst, mode, calibration, external)
+        if same is not None and not external and same[0].read_bytes() == dst.read_bytes():
+            lat, acc = same[1], same[2]
+            out["same_file"] = True
+        else:
+            sess = session(dst)
+            acc = compare_outputs(float_sess, sess, feeds)
+            lat = latency(float_sess, sess, feeds, runs=runs, repeats=repeats) if runs > 0 else None
     except Exception as e:  # noqa: BLE001 - onnxruntime raises assorted types
         out["error"] = str(e).splitlines()[0][:300] if str(e) else type(e).__name__
         return out
     fb, bb = model_bytes(src), model_bytes(dst)
     out.update({"bytes": bb, "ratio": round(bb / fb, 4) if fb else None,
                 "size_vs_baseline": round(hal_bytes / bb, 4) if bb else None,
-                "latency": latency(float_sess, sess, feeds, runs=runs, repeats=repeats) if runs > 0 else None,
-                "accuracy": [o.to_dict() for o in acc]})
+                "latency": lat, "accuracy": [o.to_dict() for o in acc]})
     return out

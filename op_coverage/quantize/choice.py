@@ -57,6 +57,10 @@ class Choice:
     kept_nodes: dict = field(default_factory=dict)    # float node name -> {"op_type", "reason"} (nodes_to_exclude)
     tried: list = field(default_factory=list)         # one dict per quantization tried
     path: Path | None = None                          # the accepted quantized model
+    scan: object = None                               # the scan report of *path* on the target
+    default_path: Path | None = None                  # onnxruntime's default result, when made
+    default_error: str | None = None                  # why onnxruntime's default call failed, when it did
+    default_won: bool = False                         # *path* is onnxruntime's default result
 
     def to_dict(self) -> dict:
         return {"format": self.format, "variant": self.variant, "op_types": self.op_types,
@@ -64,11 +68,17 @@ class Choice:
                 "kept_float_by_node": self.kept_nodes, "tried": self.tried}
 
 
-def scan_nodes(path: Path, profile: SupportProfile) -> list:
-    """``[(NodeInfo, Verdict)]`` for every node of *path* (subgraphs included) on *profile*."""
+def scan_report(path: Path, profile: SupportProfile):
+    """The scan report (:func:`op_coverage.scan.scan_model`) of the model at *path* on *profile* alone."""
     from op_coverage.onnx.load import load_for_scan
     from op_coverage.scan import scan_model
-    return [(node, verdicts[profile.name]) for node, verdicts in scan_model(load_for_scan(path), [profile]).nodes]
+    return scan_model(load_for_scan(path), [profile])
+
+
+def scan_nodes(path: Path, profile: SupportProfile, report=None) -> list:
+    """``[(NodeInfo, Verdict)]`` for every node of *path* (subgraphs included) on *profile*."""
+    rep = report if report is not None else scan_report(path, profile)
+    return [(node, verdicts[profile.name]) for node, verdicts in rep.nodes]
 
 
 def _label(node) -> str:
@@ -161,11 +171,17 @@ def present_op_types(model) -> Counter:
 NODE_ROUNDS = 3
 
 
-def choose(mode: str, model, profile: SupportProfile, before: dict, trial: Callable[..., Path]) -> Choice:
+def choose(mode: str, model, profile: SupportProfile, before: dict, trial: Callable[..., Path],
+           facts: dict | None = None, default: Callable[[], Path] | None = None) -> Choice:
     """Try the formats of *mode* in order; the result that adds nothing *profile* lacks wins.
 
     A format that quantizes all it was asked for wins at once; one that had to keep nodes or op
     types float lets the later formats try as well, and the smallest clean result wins.
+
+    When a clean result is of the format onnxruntime's default call emits (``onnxruntime_default``
+    in the data file), *default* (``() -> path``: that call on the model as given) is made and
+    scanned too, and wins when it is clean and smaller: the result is never larger than what
+    onnxruntime gives by itself on a target that runs it.
 
     When a result brings in an op the target lacks, the float nodes whose quantized form brought
     it are excluded (``nodes_to_exclude``) and the format is tried again, node by node, up to
@@ -176,8 +192,10 @@ def choose(mode: str, model, profile: SupportProfile, before: dict, trial: Calla
         against a format).
     :param trial: ``trial(format_name, format, variant, op_types, exclude_nodes) -> path`` quantizes
         and returns the result; an exception means onnxruntime could not quantize that way.
+    :param facts: :func:`formats` (read again when not given).
     """
-    facts = formats()
+    facts = facts or formats()
+    scans = {}
     present = present_op_types(model)
     names = {n.name for n in all_nodes(model, functions=False) if n.name}
     choice = Choice()
@@ -208,11 +226,12 @@ def choose(mode: str, model, profile: SupportProfile, before: dict, trial: Calla
                                          "outcome": "quantized nothing (no INT8 tensor in the result: what is left "
                                                     "quantizes only after a quantized input)"})
                     break
-                nodes = scan_nodes(path, profile)
+                scans[path] = scan_report(path, profile)
+                nodes = scan_nodes(path, profile, scans[path])
                 new = {k: v for k, v in not_native(path, profile, nodes).items() if k not in before}
                 if not new:
                     choice.tried.append({"format": name, "variant": variant, "op_types": op_types,
-                                         "excluded_nodes": excluded, "outcome": "ok"})
+                                         "excluded_nodes": excluded, "outcome": "ok", "bytes": path.stat().st_size})
                     found.append((path.stat().st_size, len(found), (name, variant, op_types, path, dropped,
                                                                     kept_nodes)))
                     break
@@ -241,8 +260,39 @@ def choose(mode: str, model, profile: SupportProfile, before: dict, trial: Calla
                 choice.kept_float.setdefault(op, why)
         if found and not found[-1][2][4] and not found[-1][2][5]:
             break  # everything asked for is quantized: no later format can do better
+    theirs = facts.get("onnxruntime_default", {}).get(mode)
+    if default is not None and theirs and any(f[2][0] == theirs["format"] for f in found):
+        _try_default(choice, found, scans, default, theirs, facts["formats"][theirs["format"]], present, profile,
+                     before)
     if found:
         kept = dict(choice.kept_float)
         (choice.format, choice.variant, choice.op_types, choice.path, dropped, choice.kept_nodes) = min(found)[2]
         choice.kept_float = {**{k: v for k, v in kept.items() if k not in choice.op_types}, **dropped}
+        choice.scan = scans.get(choice.path)
+        choice.default_won = choice.path == choice.default_path
     return choice
+
+
+def _try_default(choice: Choice, found: list, scans: dict, default: Callable[[], Path], theirs: dict, fmt: dict,
+                 present: Counter, profile: SupportProfile, before: dict) -> None:
+    """Make onnxruntime's default result, scan it, and add it to *found* when *profile* runs it natively."""
+    entry = {"format": theirs["format"], "variant": theirs["variant"],
+             "op_types": [op for op in registry_op_types(fmt["registry"]) if present[op]], "excluded_nodes": [],
+             "call": "onnxruntime's default"}
+    try:
+        path = default()
+    except Exception as e:  # noqa: BLE001 - onnxruntime.quantization raises assorted types
+        choice.default_error = str(e).splitlines()[0][:300] if str(e) else type(e).__name__
+        choice.tried.append({**entry, "outcome": f"onnxruntime.quantization failed: {choice.default_error}"})
+        return
+    choice.default_path = path
+    scans[path] = scan_report(path, profile)
+    new = {k: v for k, v in not_native(path, profile, scan_nodes(path, profile, scans[path])).items()
+           if k not in before}
+    if new:
+        lacks = "; ".join(f"{k} x{n} ({why})" for k, (n, why) in sorted(new.items()))
+        choice.tried.append({**entry, "outcome": f"{profile.name} lacks {lacks}"})
+        return
+    choice.tried.append({**entry, "outcome": "ok", "bytes": path.stat().st_size})
+    found.append((path.stat().st_size, len(found), (theirs["format"], theirs["variant"], entry["op_types"], path,
+                                                     {}, {})))

@@ -95,18 +95,63 @@ def _scratch_cwd(beside: Path):
             os.chdir(here)
 
 
-def pre_process(src: Path, dst: Path, external: bool) -> str | None:
-    """onnxruntime's ``quant_pre_process`` (symbolic shape inference, basic optimisation) into *dst*.
-
-    :returns: ``None`` when it worked, else why not (the caller quantizes the model as it is).
-    """
+def _pre_process(src: Path, dst: Path, external: bool, symbolic: bool) -> str | None:
+    """One ``quant_pre_process`` call into *dst*; ``None`` when it worked, else why not."""
     from onnxruntime.quantization.shape_inference import quant_pre_process
     try:
-        with _quiet(), torch_free(), _scratch_cwd(Path(dst).resolve()):
-            quant_pre_process(str(Path(src).resolve()), str(Path(dst).resolve()), save_as_external_data=external, all_tensors_to_one_file=True,
+        with _quiet(), torch_free(), _scratch_cwd(dst):
+            quant_pre_process(str(src), str(dst), skip_symbolic_shape=not symbolic, save_as_external_data=external,
+                              all_tensors_to_one_file=True,
                               external_data_location=dst.name + ".data" if external else None)
     except Exception as e:  # noqa: BLE001 - symbolic shape inference refuses some models (subgraphs, odd ops)
         return f"onnxruntime's quant_pre_process failed ({str(e).splitlines()[0][:200] if str(e) else type(e).__name__})"
+    return None
+
+
+def untyped_values(path: Path) -> list[str]:
+    """Node outputs of the model at *path* (bodies included) that carry no element type after shape inference.
+
+    onnxruntime's quantizers read only the element type of a value (``get_tensor_type``,
+    ``is_float_tensor``) and, when calibrating, its rank; a value without a type is never quantized.
+    """
+    import onnx
+
+    from op_coverage.onnx import walk
+    m = onnx.load(str(path), load_external_data=False)
+    typed, outputs = set(), []
+
+    def visit(g):
+        typed.update(t.name for t in g.initializer)
+        typed.update(v.name for v in (*g.input, *g.output, *g.value_info) if v.type.tensor_type.elem_type
+                     or not v.type.HasField("tensor_type"))
+        for n in g.node:
+            outputs.extend(o for o in n.output if o)
+            for _attribute, _k, body in walk.subgraphs(n):
+                visit(body)
+    visit(m.graph)
+    return [o for o in outputs if o not in typed]
+
+
+def pre_process(src: Path, dst: Path, external: bool) -> str | None:
+    """onnxruntime's ``quant_pre_process`` (basic optimisation, shape inference) into *dst*.
+
+    Symbolic shape inference (sympy, most of the step's time) runs only when onnx's own shape
+    inference leaves a node output without an element type (contrib ops, for instance): the
+    quantizers read nothing else of what it adds but ranks and dimensions.  When it fails, the model
+    pre-processed without it is kept.
+
+    :returns: ``None`` when it worked, else why not (the caller quantizes the model as it is).
+    """
+    src, dst = Path(src).resolve(), Path(dst).resolve()  # before the scratch folder becomes the current one
+    why = _pre_process(src, dst, external, symbolic=False)
+    if why is not None or not untyped_values(dst):
+        return why
+    (dst.parent / "symbolic").mkdir(exist_ok=True)
+    full = dst.parent / "symbolic" / dst.name  # the same name: external data keeps its location
+    if _pre_process(src, full, external, symbolic=True) is None:
+        os.replace(full, dst)
+        if external:
+            os.replace(full.with_name(dst.name + ".data"), dst.with_name(dst.name + ".data"))
     return None
 
 

@@ -153,11 +153,15 @@ def _census(quant_model, fmt: dict, choice_kept: dict, exclude: list, kept_nodes
     return dict(done), kept
 
 
-def _rescan(path: Path, profile, float_labels: Counter) -> tuple[dict, dict]:
-    """(rescan summary like rewrite's, op label -> nodes the quantized model adds)."""
-    from op_coverage.onnx.load import load_for_scan
-    from op_coverage.scan import scan_model
-    rep = scan_model(load_for_scan(path), [profile])
+def _rescan(path: Path, profile, float_labels: Counter, rep=None) -> tuple[dict, dict]:
+    """(rescan summary like rewrite's, op label -> nodes the quantized model adds).
+
+    *rep*: the scan report of the same graph already made (the accepted try, which the written model
+    is saved from unchanged); else *path* is scanned.
+    """
+    if rep is None:
+        from op_coverage.quantize.choice import scan_report
+        rep = scan_report(path, profile)
     remaining, labels = Counter(), Counter()
     for node, verdicts in rep.nodes:
         label = node.op_type if node.domain == "ai.onnx" else f"{node.domain}::{node.op_type}"
@@ -265,7 +269,14 @@ def _quantize(report, loaded, profile, src, out, calibration, exclude, inputs, s
                           calibration=cal if fmt["calibration"] else None, external=external)
             return dst
 
-        choice = choose(report.mode, onnx.load(str(base), load_external_data=False), profile, before, trial)
+        def default():
+            from op_coverage.quantize.baseline import default_quantize
+            dst = tmp / "onnxruntime-default.onnx"
+            default_quantize(src, dst, report.mode, cal, external)
+            return dst
+
+        choice = choose(report.mode, onnx.load(str(base), load_external_data=False), profile, before, trial, facts,
+                        default)
         report.choice = choice.to_dict()
         if choice.format is None:
             last = {t["format"]: t["outcome"] for t in choice.tried}
@@ -277,6 +288,12 @@ def _quantize(report, loaded, profile, src, out, calibration, exclude, inputs, s
                                    f"quantized ops (--profile)")
         fmt = facts["formats"][choice.format]
         report.format_title = fmt["title"]
+        if choice.default_won:
+            from op_coverage.quantize.baseline import CALLS
+            ours = min(t["bytes"] for t in choice.tried if "bytes" in t and "call" not in t)
+            report.notes.append(f"onnxruntime's own {CALLS[report.mode]} on the model as given made a smaller file "
+                                f"({choice.path.stat().st_size} bytes) than quantizing the pre-processed model "
+                                f"({ours} bytes), and {profile.name} runs it natively: wrote that one")
         if fmt["calibration"]:
             report.calibration = {"source": calibration if cal_given else "generated", **describe(cal)}
             if not cal_given:
@@ -326,9 +343,10 @@ def _quantize(report, loaded, profile, src, out, calibration, exclude, inputs, s
         del qs
         if compare:
             from op_coverage.quantize.baseline import measure_baseline
-            report.baseline = measure_baseline(src, tmp / "onnxruntime-default.onnx", report.mode, cal, external, fs,
-                                               feeds, qb, runs, repeats)
             bpath = tmp / "onnxruntime-default.onnx"
+            report.baseline = measure_baseline(src, bpath, report.mode, cal, external, fs, feeds, qb, runs, repeats,
+                                               made=choice.default_error or (choice.default_path is not None),
+                                               same=(final, report.latency, outs))
             if "error" not in report.baseline and bpath.is_file():
                 theirs = quantized_node_names(onnx.load(str(bpath), load_external_data=False),
                                               facts["formats"]["integer-dynamic" if report.mode == "dynamic" else "qdq"])
@@ -338,7 +356,7 @@ def _quantize(report, loaded, profile, src, out, calibration, exclude, inputs, s
                 report.baseline["float_here"] = [{"node": n, "op_type": names[n]} for n in sorted(theirs - ours)
                                                  if n in names]
         del fs
-        report.rescan, report.introduced = _rescan(final, profile, _labels(struct))
+        report.rescan, report.introduced = _rescan(final, profile, _labels(struct), choice.scan)
         from hal.util.io import give_default_mode  # onnx writes external data 0600; give both plain open()'s mode
         if report.external_data:
             give_default_mode(tmp / report.external_data)

@@ -57,8 +57,9 @@ def _lines(doc: dict) -> list[tuple[str, str]]:
         out.append(("onnxruntime", f"{b['call']}: failed ({b['error']})"))
     elif b:
         bl, cos = b.get("latency"), [o["cosine"] for o in b["accuracy"] if o["cosine"] is not None]
-        out.append(("onnxruntime", f"{b['call']}: {_mb(b['bytes'])} ({b['ratio']:.3f}x); this result is "
-                                   f"{b['size_vs_baseline']:.3f}x its size"
+        out.append(("onnxruntime", f"{b['call']}: {_mb(b['bytes'])} ({b['ratio']:.3f}x); "
+                                   + ("the written file is that result" if b.get("same_file") else
+                                      f"this result is {b['size_vs_baseline']:.3f}x its size")
                                    + (f"; latency {bl['ratio']:.3f}x float (min {bl['min']:.3f}, max {bl['max']:.3f})"
                                       if bl else "")
                                    + (f"; cosine {min(cos):.6f}" if cos else "")))
