@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Callable
 
 from op_coverage.datafiles import read_json
+from op_coverage.quantize.measure import model_bytes
 from op_coverage.onnx.inventory import all_nodes
 from op_coverage.targets.profile import SupportProfile
 
@@ -230,9 +231,10 @@ def choose(mode: str, model, profile: SupportProfile, before: dict, trial: Calla
                 nodes = scan_nodes(path, profile, scans[path])
                 new = {k: v for k, v in not_native(path, profile, nodes).items() if k not in before}
                 if not new:
+                    size = model_bytes(path)
                     choice.tried.append({"format": name, "variant": variant, "op_types": op_types,
-                                         "excluded_nodes": excluded, "outcome": "ok", "bytes": path.stat().st_size})
-                    found.append((path.stat().st_size, len(found), (name, variant, op_types, path, dropped,
+                                         "excluded_nodes": excluded, "outcome": "ok", "bytes": size})
+                    found.append((size, len(found), (name, variant, op_types, path, dropped,
                                                                     kept_nodes)))
                     break
                 lacks = "; ".join(f"{k} x{n} ({why})" for k, (n, why) in sorted(new.items()))
@@ -293,6 +295,7 @@ def _try_default(choice: Choice, found: list, scans: dict, default: Callable[[],
         lacks = "; ".join(f"{k} x{n} ({why})" for k, (n, why) in sorted(new.items()))
         choice.tried.append({**entry, "outcome": f"{profile.name} lacks {lacks}"})
         return
-    choice.tried.append({**entry, "outcome": "ok", "bytes": path.stat().st_size})
-    found.append((path.stat().st_size, len(found), (theirs["format"], theirs["variant"], entry["op_types"], path,
+    size = model_bytes(path)
+    choice.tried.append({**entry, "outcome": "ok", "bytes": size})
+    found.append((size, len(found), (theirs["format"], theirs["variant"], entry["op_types"], path,
                                                      {}, {})))

@@ -275,8 +275,9 @@ def _quantize(report, loaded, profile, src, out, calibration, exclude, inputs, s
             default_quantize(src, dst, report.mode, cal, external)
             return dst
 
+        own_choices = bool(exclude) or report.per_channel  # onnxruntime's default call would override them
         choice = choose(report.mode, onnx.load(str(base), load_external_data=False), profile, before, trial, facts,
-                        default)
+                        None if own_choices else default)
         report.choice = choice.to_dict()
         if choice.format is None:
             last = {t["format"]: t["outcome"] for t in choice.tried}
@@ -292,7 +293,7 @@ def _quantize(report, loaded, profile, src, out, calibration, exclude, inputs, s
             from op_coverage.quantize.baseline import CALLS
             ours = min(t["bytes"] for t in choice.tried if "bytes" in t and "call" not in t)
             report.notes.append(f"onnxruntime's own {CALLS[report.mode]} on the model as given made a smaller file "
-                                f"({choice.path.stat().st_size} bytes) than quantizing the pre-processed model "
+                                f"({model_bytes(choice.path)} bytes) than quantizing the pre-processed model "
                                 f"({ours} bytes), and {profile.name} runs it natively: wrote that one")
         if fmt["calibration"]:
             report.calibration = {"source": calibration if cal_given else "generated", **describe(cal)}

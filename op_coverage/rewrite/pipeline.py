@@ -11,11 +11,14 @@ import tempfile
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import onnx
 
 from op_coverage.errors import ModelNotFound, OutputNotWritable, RewriteFailed, ScanError, UnknownTarget, VerifyFailed
-from op_coverage.plan.apply import RewriteResult, rewrite_model
+
+if TYPE_CHECKING:
+    from op_coverage.plan.apply import RewriteResult
 
 
 @dataclass
@@ -117,6 +120,7 @@ def rewrite(path, target: str, output, *, profiles: list | None = None, without_
     if not out.parent.is_dir():
         raise OutputNotWritable(f"-o {out}: folder {out.parent} does not exist; create it or choose another path")
     model = onnx.load(str(src), load_external_data=True)
+    from op_coverage.plan.apply import rewrite_model  # not at the top: quantize saves through save_checked alone
     res = rewrite_model(model, profile, max_depth=max_depth, types_from=loaded.model, fold=fold)
     report = RewriteReport(str(src), str(out), profile.name, res)
     try:

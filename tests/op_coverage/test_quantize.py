@@ -30,6 +30,32 @@ def ops(path) -> set:
     return found
 
 
+def onnxruntime_default_bytes(src, tmp_path, calibration=None, external=False) -> int:
+    """Bytes (model and data file) of onnxruntime's own call with its defaults on *src*: ``quantize_dynamic``,
+    or ``quantize_static`` on the *calibration* feeds."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic, quantize_static
+
+    class Feeds:
+        def __init__(self):
+            self.it = iter(calibration or [])
+
+        def get_next(self):
+            return next(self.it, None)
+
+    dst = tmp_path / "onnxruntime-own.onnx"
+    if calibration is None:
+        quantize_dynamic(str(src), str(dst), weight_type=QuantType.QInt8, use_external_data_format=external)
+    else:
+        quantize_static(str(src), str(dst), Feeds(), use_external_data_format=external)
+    data = tmp_path / "onnxruntime-own.onnx.data"
+    return dst.stat().st_size + (data.stat().st_size if data.exists() else 0)
+
+
+def written_bytes(out) -> int:
+    data = out.with_name(out.name + ".data")
+    return out.stat().st_size + (data.stat().st_size if data.exists() else 0)
+
+
 def run(path, feeds):
     so = ort.SessionOptions()
     so.log_severity_level = 3
@@ -48,6 +74,9 @@ def test_dynamic_int8_for_ort_cpu_shrinks_matmul_models_and_runs_faster(tmp_path
     assert doc["quantization"]["format"] == "integer-dynamic"
     assert {"MatMulInteger", "DynamicQuantizeLinear"} <= ops(tmp_path / "int8.onnx")
     assert doc["size"]["ratio"] <= 0.35
+    # never larger than onnxruntime's own default call on the same model (issue 23, item 3)
+    assert written_bytes(tmp_path / "int8.onnx") <= onnxruntime_default_bytes(src, tmp_path)
+    assert doc["baseline"]["size_vs_baseline"] <= 1.0
     assert doc["latency"]["ratio"] <= 1.0
     assert doc["rescan"]["not_native"] == {} and rep.exit_code() == 0
     assert out["cosine"] >= 0.999 and out["top1"] is not None and out["top1"] >= 0.9
@@ -81,6 +110,8 @@ def test_static_int8_for_the_cnn_uses_the_calibration_set(tmp_path):
     doc2 = quantize(src, "ort-cpu", tmp_path / "cnn2.int8.onnx", mode="static", calibration=str(stacked),
                     runs=0).to_dict()
     assert doc2["quantization"]["calibration"]["samples"] == 4 and doc2["latency"] is None
+    feeds = [{"x": x[None]} for x in np.load(stacked)["x"][:, 0]]
+    assert written_bytes(tmp_path / "cnn2.int8.onnx") <= onnxruntime_default_bytes(src, tmp_path, feeds)
 
 
 def test_target_without_integer_matmul_gets_qdq_and_a_clean_rescan(tmp_path):
@@ -150,6 +181,7 @@ def test_external_data_stays_external_beside_the_output(tmp_path):
     data = (tmp_path / "ext.onnx.data").stat().st_size
     assert doc["size"]["float_bytes"] > data  # the data file counts
     assert doc["size"]["ratio"] <= 0.35
+    assert written_bytes(outdir / "ext.int8.onnx") <= onnxruntime_default_bytes(src, tmp_path, external=True)
     feeds = {"x": np.random.default_rng(0).standard_normal((2, 4, 128)).astype(np.float32)}
     assert run(outdir / "ext.int8.onnx", feeds)[0].shape == (2, 8)
 
@@ -160,6 +192,8 @@ def test_matmuls_inside_if_branches_are_quantized(tmp_path):
     assert doc["checked"] and doc["quantization"]["quantized_nodes"] == {"MatMul": 2}
     assert "MatMulInteger" in ops(tmp_path / "if.int8.onnx")
     assert doc["accuracy"]["outputs"][0]["cosine"] >= 0.999 and doc["rescan"]["not_native"] == {}
+    # onnxruntime's default call leaves the branches float: 4x larger
+    assert written_bytes(tmp_path / "if.int8.onnx") * 3 <= onnxruntime_default_bytes(src, tmp_path)
     x = np.random.default_rng(1).standard_normal((3, 128)).astype(np.float32)
     for cond in (True, False):
         want = run(src, {"x": x, "cond": np.array(cond)})[0]
@@ -169,7 +203,8 @@ def test_matmuls_inside_if_branches_are_quantized(tmp_path):
 
 def test_dynamic_batch_axis_survives(tmp_path):
     src = qm.save(qm.bert_like(d=128), tmp_path / "bert.onnx")
-    quantize(src, "ort-cpu", tmp_path / "bert.int8.onnx", runs=0)
+    quantize(src, "ort-cpu", tmp_path / "bert.int8.onnx", runs=0, compare=False)
+    assert written_bytes(tmp_path / "bert.int8.onnx") <= onnxruntime_default_bytes(src, tmp_path)  # without the baseline too
     m = onnx.load(str(tmp_path / "bert.int8.onnx"))
     assert m.graph.input[0].type.tensor_type.shape.dim[0].dim_param == "batch"
     for batch, seq in ((1, 3), (5, 17)):
@@ -202,3 +237,46 @@ def test_help_lists_examples_and_exit_codes(run_cli):
     r = run_cli("quantize", "--help")
     assert r.returncode == 0 and "examples:" in r.stdout and "exit codes:" in r.stdout
     assert "--min-cosine" in r.stdout and "  7 " in r.stdout
+
+
+def quantized_census(src, tmp_path, symbolic: bool):
+    """(quantized nodes per op type, file bytes) of the integer-dynamic form after pre-processing with or without
+    onnxruntime's symbolic shape inference."""
+    from op_coverage.quantize.choice import formats
+    from op_coverage.quantize.ort import _pre_process, quantize_once, untyped_values
+    from op_coverage.quantize.pipeline import _census
+    fmt = formats()["formats"]["integer-dynamic"]
+    pre, out = tmp_path / f"pre-{symbolic}.onnx", tmp_path / f"q-{symbolic}.onnx"
+    assert _pre_process(src.resolve(), pre.resolve(), False, symbolic=symbolic) is None
+    assert untyped_values(pre) == []  # what makes quantize skip the symbolic pass
+    quantize_once(pre, out, fmt, fmt["variants"][0], fmt["quantize"], exclude=[], per_channel=False,
+                  calibration=None, external=False)
+    return _census(onnx.load(str(out)), fmt, {}, [])[0], out.stat().st_size
+
+
+@pytest.mark.parametrize("build", [qm.bert_like, qm.llama_like, qm.small_cnn], ids=["bert", "llama", "cnn"])
+def test_pre_processing_without_symbolic_shapes_quantizes_the_same_nodes(tmp_path, build):
+    # onnx's shape inference types every value of these models, so quantize skips sympy's symbolic pass:
+    # the same nodes are quantized and the file is no larger
+    src = qm.save(build(), tmp_path / "float.onnx")
+    (with_sym, with_bytes), (without, without_bytes) = (quantized_census(src, tmp_path, s) for s in (True, False))
+    assert without == with_sym and without_bytes <= with_bytes
+
+
+def test_onnxruntimes_default_result_is_written_when_it_is_the_smaller(tmp_path):
+    # bert_like: pre-processing fuses MatMul + Add, onnxruntime's call on the model as given is a few hundred
+    # bytes smaller; it runs on ort-cpu, so that file is written and the report says so
+    src = qm.save(qm.bert_like(), tmp_path / "bert.onnx")
+    doc = quantize(src, "ort-cpu", tmp_path / "int8.onnx", runs=0).to_dict()
+    SCHEMA.validate(doc)
+    tried = doc["quantization"]["tried"]
+    ours = [t["bytes"] for t in tried if t["outcome"] == "ok" and "call" not in t]
+    theirs = [t for t in tried if t.get("call") == "onnxruntime's default"]
+    assert len(theirs) == 1 and theirs[0]["outcome"] == "ok"
+    assert doc["size"]["quantized_bytes"] == min(ours + [theirs[0]["bytes"]]) == written_bytes(tmp_path / "int8.onnx")
+    if theirs[0]["bytes"] < min(ours):
+        assert doc["baseline"]["same_file"] and any("wrote that one" in n for n in doc["notes"])
+    assert doc["size"]["quantized_bytes"] <= onnxruntime_default_bytes(src, tmp_path)
+    # an --exclude (or --per-channel) is the user's: onnxruntime's default call is not a candidate then
+    doc = quantize(src, "ort-cpu", tmp_path / "ex.onnx", runs=0, exclude=["MatMul_1"]).to_dict()
+    assert not any(t.get("call") for t in doc["quantization"]["tried"])
