@@ -234,8 +234,7 @@ def choose(mode: str, model, profile: SupportProfile, before: dict, trial: Calla
                     size = model_bytes(path)
                     choice.tried.append({"format": name, "variant": variant, "op_types": op_types,
                                          "excluded_nodes": excluded, "outcome": "ok", "bytes": size})
-                    found.append((size, len(found), (name, variant, op_types, path, dropped,
-                                                                    kept_nodes)))
+                    found.append((size, len(found), (name, variant, op_types, path, dropped, kept_nodes)))
                     break
                 lacks = "; ".join(f"{k} x{n} ({why})" for k, (n, why) in sorted(new.items()))
                 choice.tried.append({"format": name, "variant": variant, "op_types": op_types,
@@ -277,7 +276,8 @@ def choose(mode: str, model, profile: SupportProfile, before: dict, trial: Calla
 
 def _try_default(choice: Choice, found: list, scans: dict, default: Callable[[], Path], theirs: dict, fmt: dict,
                  present: Counter, profile: SupportProfile, before: dict) -> None:
-    """Make onnxruntime's default result, scan it, and add it to *found* when *profile* runs it natively."""
+    """Make onnxruntime's default result and, when it is smaller than the best of *found*, scan it and add it
+    to *found* if *profile* runs it natively."""
     entry = {"format": theirs["format"], "variant": theirs["variant"],
              "op_types": [op for op in registry_op_types(fmt["registry"]) if present[op]], "excluded_nodes": [],
              "call": "onnxruntime's default"}
@@ -288,6 +288,10 @@ def _try_default(choice: Choice, found: list, scans: dict, default: Callable[[],
         choice.tried.append({**entry, "outcome": f"onnxruntime.quantization failed: {choice.default_error}"})
         return
     choice.default_path = path
+    size, best = model_bytes(path), min(f[0] for f in found)
+    if size >= best:  # it cannot win: no scan
+        choice.tried.append({**entry, "outcome": f"not smaller than the best result ({best} bytes)", "bytes": size})
+        return
     scans[path] = scan_report(path, profile)
     new = {k: v for k, v in not_native(path, profile, scan_nodes(path, profile, scans[path])).items()
            if k not in before}
@@ -295,7 +299,5 @@ def _try_default(choice: Choice, found: list, scans: dict, default: Callable[[],
         lacks = "; ".join(f"{k} x{n} ({why})" for k, (n, why) in sorted(new.items()))
         choice.tried.append({**entry, "outcome": f"{profile.name} lacks {lacks}"})
         return
-    size = model_bytes(path)
     choice.tried.append({**entry, "outcome": "ok", "bytes": size})
-    found.append((size, len(found), (theirs["format"], theirs["variant"], entry["op_types"], path,
-                                                     {}, {})))
+    found.append((size, len(found), (theirs["format"], theirs["variant"], entry["op_types"], path, {}, {})))
