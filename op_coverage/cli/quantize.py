@@ -35,7 +35,10 @@ def add_parser(sub) -> None:
                     "--mode dynamic, QLinearConv/QLinearMatMul for --mode static) when the target runs them, else "
                     "QDQ (QuantizeLinear/DequantizeLinear around float ops, calibrated), else nothing. Every try "
                     "is rescanned: op types whose quantized form the target lacks stay float, and the report "
-                    "says why. The result must pass onnx.checker and the accuracy gates, or nothing is written. "
+                    "says why. onnxruntime's own default call (quantize_dynamic / quantize_static with its "
+                    "defaults) is a candidate too, unless --exclude or --per-channel is given: when the target runs "
+                    "it and it is smaller, it is written, so "
+                    "on ort-cpu the result is never larger than onnxruntime's. The result must pass onnx.checker and the accuracy gates, or nothing is written. "
                     "The report gives the size before and after, the onnxruntime CPU latency ratio (1 thread, "
                     "interleaved runs) and, per output, max abs/relative error, cosine similarity and top-1 "
                     "agreement for [..., C] outputs. External data stays external (OUTPUT.data).",
@@ -64,7 +67,8 @@ def add_parser(sub) -> None:
                    help="interleaved run pairs per latency repeat (default 10; 0: no latency measurement)")
     q.add_argument("--repeats", type=int, default=3, help="latency repeats; the ratio is their median (default 3)")
     q.add_argument("--no-compare", action="store_true",
-                   help="skip the side-by-side run of onnxruntime's own default quantize_dynamic/quantize_static")
+                   help="skip the side-by-side measurement of onnxruntime's own default quantize_dynamic/"
+                        "quantize_static (its result is still made when it can be the smaller candidate)")
     q.add_argument("--format", choices=("table", "json", "md"), default=None, help="report format (default: table)")
     q.add_argument("--json", action="store_true", help="same as --format json")
 

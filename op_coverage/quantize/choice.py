@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Callable
 
 from op_coverage.datafiles import read_json
-from op_coverage.quantize.measure import model_bytes
 from op_coverage.onnx.inventory import all_nodes
+from op_coverage.quantize.measure import model_bytes
 from op_coverage.targets.profile import SupportProfile
 
 
@@ -180,9 +180,9 @@ def choose(mode: str, model, profile: SupportProfile, before: dict, trial: Calla
     types float lets the later formats try as well, and the smallest clean result wins.
 
     When a clean result is of the format onnxruntime's default call emits (``onnxruntime_default``
-    in the data file), *default* (``() -> path``: that call on the model as given) is made and
-    scanned too, and wins when it is clean and smaller: the result is never larger than what
-    onnxruntime gives by itself on a target that runs it.
+    in the data file), *default* (``() -> path``: that call on the model as given) is made too;
+    when it is smaller than the best result it is scanned, and it wins when the target runs it:
+    the result is never larger than what onnxruntime gives by itself on a target that runs it.
 
     When a result brings in an op the target lacks, the float nodes whose quantized form brought
     it are excluded (``nodes_to_exclude``) and the format is tried again, node by node, up to

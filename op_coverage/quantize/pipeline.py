@@ -292,9 +292,10 @@ def _quantize(report, loaded, profile, src, out, calibration, exclude, inputs, s
         if choice.default_won:
             from op_coverage.quantize.baseline import CALLS
             ours = min(t["bytes"] for t in choice.tried if "bytes" in t and "call" not in t)
+            what = "quantizing the pre-processed model" if report.pre_process == "ok" else "the best try"
             report.notes.append(f"onnxruntime's own {CALLS[report.mode]} on the model as given made a smaller file "
-                                f"({model_bytes(choice.path)} bytes) than quantizing the pre-processed model "
-                                f"({ours} bytes), and {profile.name} runs it natively: wrote that one")
+                                f"({model_bytes(choice.path)} bytes) than {what} ({ours} bytes), and "
+                                f"{profile.name} runs it natively: wrote that one")
         if fmt["calibration"]:
             report.calibration = {"source": calibration if cal_given else "generated", **describe(cal)}
             if not cal_given:
