@@ -156,10 +156,13 @@ def test_a_target_with_no_int8_form_writes_nothing_and_exits_7(tmp_path, run_cli
 def test_accuracy_gates_exit_5_and_write_nothing(tmp_path, run_cli):
     src = qm.save(qm.llama_like(d=128, hidden=256, vocab=256), tmp_path / "llama.onnx")
     out = tmp_path / "out.onnx"
-    r = run_cli("quantize", src, "-t", "ort-cpu", "-o", out, "--max-error", "1e-6", "--runs", "0", "--json")
+    # the model named relative to the current folder, as a user in its folder would (pre-processing once lost it)
+    r = run_cli("quantize", src.name, "-t", "ort-cpu", "-o", out, "--max-error", "1e-6", "--runs", "0", "--json",
+                cwd=tmp_path)
     assert r.returncode == 5, r.stderr
     doc = json.loads(r.stdout)
     SCHEMA.validate(doc)
+    assert doc["quantization"]["pre_process"] == "ok"
     assert doc["accuracy"]["gates"]["ok"] is False and "--max-error" in doc["accuracy"]["gates"]["failed"][0]
     assert not out.exists() and not list(tmp_path.glob(".op_coverage-*"))
     r = run_cli("quantize", src, "-t", "ort-cpu", "-o", out, "--min-cosine", "0.9999999", "--runs", "0")
