@@ -41,6 +41,7 @@ from typing import Optional
 from hal.checkpoint import _dist
 from hal.checkpoint._checkpointer import Checkpointer, check_keep
 from hal.checkpoint._errors import CheckpointError, CheckpointWarning
+from hal.checkpoint._export import consolidate, describe
 from hal.checkpoint._files import CRASH_ENV, CRASH_POINTS
 from hal.checkpoint._layout import CheckpointInfo, scan
 from hal.checkpoint._load import Checkpoint, latest, load, resume
@@ -51,7 +52,7 @@ from hal.dist import elastic as _elastic
 
 _elastic.install()  # restarted torchrun groups must not read the dead attempt's addresses
 
-__all__ = ["save", "load", "resume", "latest", "scan", "Checkpointer", "Checkpoint",
+__all__ = ["save", "load", "resume", "latest", "scan", "describe", "consolidate", "Checkpointer", "Checkpoint",
            "CheckpointInfo", "ElasticSampler", "CheckpointError", "CheckpointWarning", "CheckpointWriteError",
            "is_complete", "MODES",
            "CRASH_ENV", "CRASH_POINTS"]

@@ -13,7 +13,9 @@ the save is refused before any of its pickles is read.
 """
 from __future__ import annotations
 
+import contextlib
 import os
+import warnings
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
@@ -124,6 +126,15 @@ def _itemsize(dtype: str) -> int:
     return torch.empty((), dtype=getattr(torch, dtype)).element_size()
 
 
+@contextlib.contextmanager
+def _one_process(group):
+    """Without a process group, DCP warns that it assumes one process: that is the intent here."""
+    with warnings.catch_warnings():
+        if group is None:
+            warnings.filterwarnings("ignore", message="torch.distributed is disabled, unavailable or uninitialized")
+        yield
+
+
 def _writer(folder: Path):
     from torch.distributed.checkpoint import FileSystemWriter
 
@@ -200,6 +211,10 @@ def start(step_dir: Path, st: dict, rank: int, group, async_save: bool) -> Pendi
     kw = dict(storage_writer=_writer(folder), process_group=group, no_dist=group is None)
     try:
         folder.mkdir(exist_ok=True)
+        if group is None:
+            with _one_process(None):
+                dcp.save(st, **kw)
+            return Pending(folder, rank)
         if async_save:
             fut = dcp.async_save(st, **kw)
             return Pending(folder, rank, future=getattr(fut, "upload_completion", fut))
@@ -217,8 +232,9 @@ def load(step_dir: Path, model, optimizer, group) -> None:
 
     st = state(model, optimizer)
     try:
-        dcp.load(st, storage_reader=FileSystemReader(str(step_dir / FOLDER)), process_group=group,
-                 no_dist=group is None)
+        with _one_process(group):
+            dcp.load(st, storage_reader=FileSystemReader(str(step_dir / FOLDER)), process_group=group,
+                     no_dist=group is None)
     except BaseException as exc:  # noqa: BLE001 - DCP's CheckpointException is a BaseException
         if isinstance(exc, (KeyboardInterrupt, SystemExit)):
             raise
@@ -252,5 +268,6 @@ def full_model(step_dir: Path) -> Dict[str, torch.Tensor]:
             full[key[len("model."):]] = torch.empty(tuple(md.size), dtype=md.properties.dtype)
     if not full:
         raise CheckpointError(f"{step_dir}: the DCP checkpoint holds no model tensors")
-    dcp.load({"model": full}, storage_reader=FileSystemReader(str(step_dir / FOLDER)), no_dist=True)
+    with _one_process(None):
+        dcp.load({"model": full}, storage_reader=FileSystemReader(str(step_dir / FOLDER)), no_dist=True)
     return full

@@ -84,7 +84,7 @@ def train(root: str, steps: int, global_batch: int = 8, save_at=None, layout: st
     ck = saver.resume()
     step = ck.step if ck else 0
     epoch = ck.epoch if ck and ck.epoch is not None else 0
-    losses, ids, stalls, saves = {}, {}, [], []
+    losses, ids, stalls, saves, saved_params = {}, {}, [], [], {}
     with saver:
         while step < steps:
             sampler.set_epoch(epoch)
@@ -105,21 +105,28 @@ def train(root: str, steps: int, global_batch: int = 8, save_at=None, layout: st
                     if len(saves) == 1 and full_disk_rank == rank:
                         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
                         resource.setrlimit(resource.RLIMIT_FSIZE, (0, resource.RLIM_INFINITY))
+                    saved_params[step] = _full(model, rank)
                     saver.save(step)
                     saves.append(step)
                     stalls.append(saver.last_stall_s)
                     if not async_save or full_disk_rank is not None:
                         saver.wait()
+                    if full_disk_rank == rank:
+                        resource.setrlimit(resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY,) * 2)
                 if step == steps:
                     break
             else:
                 epoch += 1
-    full = {}
-    for name, p in model.named_parameters():
-        full[name] = p.full_tensor().tolist() if hasattr(p, "full_tensor") else p.tolist()
     return {"losses": losses, "ids": ids, "stalls": stalls, "saves": saves, "failed_saves": saver.failed_saves,
             "resumed_from": ck.step if ck else None, "reshard": ck.reshard if ck else None,
-            "log": records, "params": full if rank == 0 else None}
+            "log": records, "params": _full(model, rank), "saved_params": saved_params}
+
+
+def _full(model, rank):
+    """Every parameter gathered whole (collective), as lists on rank 0; None elsewhere."""
+    full = {name: p.full_tensor() if hasattr(p, "full_tensor") else p.detach()
+            for name, p in model.named_parameters()}
+    return {k: v.tolist() for k, v in full.items()} if rank == 0 else None
 
 
 class _Keep(logging.Handler):
