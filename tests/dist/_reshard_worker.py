@@ -12,6 +12,7 @@ import os
 import resource
 import signal
 import warnings
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -64,9 +65,10 @@ def train(root: str, steps: int, global_batch: int = 8, save_at=None, layout: st
           workers: int = 0):
     """Train to ``steps`` (resuming from ``root`` if it holds a checkpoint); return what was seen.
 
-    ``save_at``: steps to save at.  ``crash_rank`` / ``crash_at``: that rank dies at that crash
-    point of the second save.  ``full_disk_rank``: that rank's file size limit drops to 0 bytes
-    before the second save (what a full disk looks like to ``write``).
+    ``save_at``: steps to save at.  ``full_disk_rank``: that rank's file size limit drops to
+    0 bytes during the second save (what a full disk looks like to ``write``).  ``crash_rank``
+    / ``crash_at``: that rank dies at that crash point of the second save (the third when a
+    full disk takes the second).
     """
     world = dist.get_world_size()
     rank = dist.get_rank()
@@ -100,7 +102,8 @@ def train(root: str, steps: int, global_batch: int = 8, save_at=None, layout: st
                 losses[step] = g.item() / world
                 ids[step] = idx.tolist()
                 if save_at and step in save_at:
-                    if len(saves) == 1 and crash_rank == rank and crash_at:
+                    crash_save = 2 if full_disk_rank is not None else 1
+                    if len(saves) == crash_save and crash_rank == rank and crash_at:
                         os.environ[ckpt.CRASH_ENV] = crash_at
                     if len(saves) == 1 and full_disk_rank == rank:
                         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
@@ -111,15 +114,24 @@ def train(root: str, steps: int, global_batch: int = 8, save_at=None, layout: st
                     stalls.append(saver.last_stall_s)
                     if not async_save or full_disk_rank is not None:
                         saver.wait()
+                        if full_disk_rank is not None and rank != full_disk_rank:
+                            _note(root, rank, step, saver.failed_saves)
                     if full_disk_rank == rank:
                         resource.setrlimit(resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY,) * 2)
+                        _note(root, rank, step, saver.failed_saves)
                 if step == steps:
                     break
             else:
                 epoch += 1
     return {"losses": losses, "ids": ids, "stalls": stalls, "saves": saves, "failed_saves": saver.failed_saves,
             "resumed_from": ck.step if ck else None, "reshard": ck.reshard if ck else None,
-            "log": records, "params": _full(model, rank), "saved_params": saved_params}
+            "log": records, "params": _full(model, rank), "saved_params": saved_params,
+            "dp_rank": dp_rank, "dp_size": dp_size}
+
+
+def _note(root, rank, step, failed_saves):
+    """Leave ``failed_saves`` after the save of ``step`` beside ``root`` (survives a later crash)."""
+    Path(f"{root}.rank{rank}.step{step}").write_text(str(failed_saves))
 
 
 def _full(model, rank):

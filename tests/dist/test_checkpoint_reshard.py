@@ -35,8 +35,9 @@ def run(nproc, expect_ok=True, **kwargs):
 
 
 def global_order(ranks, step):
-    """The step's global batch in the global order: rank r holds positions r, r + W, ..."""
-    per_rank = [r.result["ids"][str(step)] for r in ranks]
+    """The step's global batch in the global order: data-parallel rank r holds positions r, r + W, ..."""
+    by_dp = {r.result["dp_rank"]: r.result["ids"][str(step)] for r in ranks}  # TP peers share a batch
+    per_rank = [by_dp[d] for d in sorted(by_dp)]
     return [ids[i] for i in range(len(per_rank[0])) for ids in per_rank]
 
 
@@ -103,23 +104,21 @@ def test_info_reports_world_size_layout_and_tensors(four_then_two):
     assert rep["data"]["position"] == K * GLOBAL_BATCH and rep["data"]["world_size"] == 4
 
 
-def test_a_rank_killed_before_the_commit_leaves_no_loadable_step(tmp_path):
+def test_a_full_disk_then_a_killed_rank_leave_no_loadable_half_checkpoint(tmp_path):
+    """Step 2 saves; at step 4 rank 1's disk is full (every rank drops the save and trains on);
+    at step 6 rank 1 is SIGKILLed after writing its shards, before rank 0's commit."""
     root = tmp_path / "ckpt"
-    res = run(2, expect_ok=False, root=str(root), steps=6, save_at=[2, 4], crash_rank=1, crash_at="rank-files")
-    assert not res.ok and res.ranks[1].returncode == -9, res.first_error()
-    assert (root / "step-00000004" / "dcp").is_dir(), "the killed save never reached DCP"
-    assert not ckpt.is_complete(root / "step-00000004")
+    res = run(2, expect_ok=False, root=str(root), steps=8, save_at=[2, 4, 6], full_disk_rank=1,
+              crash_rank=1, crash_at="rank-files")
+    assert res.ranks[1].returncode == -9, res.first_error()
+    for rank in (0, 1):  # the full disk was reported on both ranks, and both trained on
+        assert Path(f"{root}.rank{rank}.step4").read_text() == "1", rank
+    failed = [e for e in ckpt._events.read(root) if e["event"] == "save_failed"]
+    assert len(failed) == 1 and failed[0]["error"]["errno"] == errno.EFBIG, failed
+    assert not (root / "step-00000004").exists()
+    assert (root / "step-00000006" / "dcp").is_dir(), "the killed save never reached DCP"
+    assert not ckpt.is_complete(root / "step-00000006")
     assert ckpt.latest(root) == root / "step-00000002"
     plain = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
     ck = ckpt.load(root, model=plain, restore_rng=False)   # one process, no torch.distributed
-    assert ck.step == 2 and [s.step for s in ck.skipped] == [4]
-
-
-def test_a_full_disk_on_one_rank_drops_the_save_on_every_rank(tmp_path):
-    root = tmp_path / "ckpt"
-    res = run(2, root=str(root), steps=5, save_at=[2, 4], full_disk_rank=1)
-    assert [r.result["failed_saves"] for r in res.ranks] == [1, 1]
-    assert not (root / "step-00000004").exists() and ckpt.latest(root) == root / "step-00000002"
-    failed = [e for e in ckpt._events.read(root) if e["event"] == "save_failed"]
-    assert len(failed) == 1 and failed[0]["error"]["errno"] == errno.EFBIG, failed
-    assert all(r.result["stalls"][0] > 0 for r in res.ranks)  # Checkpointer.last_stall_s of the async save
+    assert ck.step == 2 and [s.step for s in ck.skipped] == [6]
