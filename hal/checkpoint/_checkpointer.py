@@ -306,8 +306,8 @@ class Checkpointer:
         if g["world_size"] == sampler.num_replicas:
             return None
         return (f"data position re-split: epoch {g['epoch']} resumes at sample {g['position']} of "
-                f"{g['length']} in its global order, {sampler.num_replicas} rank(s) x {self._batch_size()} "
-                f"(was {g['world_size']} x {g['batch_size']})")
+                f"{g['length']} in its global order, over {sampler.num_replicas} data-parallel rank(s) x "
+                f"{self._batch_size()} samples a batch (was {g['world_size']} x {g['batch_size']})")
 
     def _restore_data(self, ck: Checkpoint) -> Optional[str]:
         _, world = _dist.rank_world()

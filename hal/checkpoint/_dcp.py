@@ -171,7 +171,7 @@ class Pending:
             inner = _root_error(self.error)
             err = inner.errno if isinstance(inner, OSError) else None
             text = (f"{inner.strerror} (errno {inner.errno})" if isinstance(inner, OSError) and inner.errno
-                    else f"{type(inner).__name__}: {str(inner).strip().splitlines()[-1:] or ['']}")
+                    else f"{type(inner).__name__}: {(str(inner).strip().splitlines() or [''])[-1][:300]}")
             return {}, (self.rank, err, f"torch.distributed.checkpoint could not write {self.folder}: {text}")
         try:
             return own_files(self.folder, self.rank), None

@@ -1,8 +1,8 @@
 """Sharded checkpoints (FSDP2 on cpu/gloo) resumed at another world size, against an uninterrupted run.
 
 A 4-rank FSDP2 job (tests/dist/_reshard_worker.py: a 2-layer MLP, AdamW, StepLR, an
-ElasticSampler over 96 samples, global batch 8, so 12 steps an epoch) saves at step 5 and
-trains on to step 14; a 2-rank job resumes from that checkpoint to step 14.  Ground truth is
+ElasticSampler over 96 samples, global batch 8, so 12 steps an epoch) saves at steps 1, 3, 5
+(keep_last=2) and trains on to step 14; a 2-rank job resumes from step 5 to step 14.  Ground truth is
 the 4-rank run itself: the resumed job must train on the same global batches in the same
 global order and reach the same losses (float32; the reductions run over 2 ranks instead of
 4, so equal within rtol 1e-5).  Also: a rank killed before the commit and a full disk on one
@@ -44,7 +44,7 @@ def global_order(ranks, step):
 @pytest.fixture(scope="module")
 def four_then_two(tmp_path_factory):
     root = tmp_path_factory.mktemp("reshard") / "ckpt"
-    ref = run(4, root=str(root), steps=N, save_at=[K])
+    ref = run(4, root=str(root), steps=N, save_at=[1, 3, K])   # keep_last=2: step 1 goes
     resumed = run(2, root=str(root), steps=N)
     return root, ref.ranks, resumed.ranks
 
@@ -62,6 +62,12 @@ def test_resumed_at_2_ranks_trains_on_what_the_4_rank_run_had_left(four_then_two
     for name, want in ref[0].result["params"].items():
         torch.testing.assert_close(torch.tensor(resumed[0].result["params"][name]), torch.tensor(want),
                                    rtol=RTOL, atol=ATOL)
+
+
+def test_keep_last_applies_to_sharded_steps(four_then_two):
+    root = four_then_two[0]
+    assert sorted(p.name for p in root.iterdir() if p.name.startswith("step-")) == ["step-00000003", "step-00000005"]
+    assert all(ckpt.is_complete(root / f"step-0000000{s}") for s in (3, K))
 
 
 def test_the_resume_logs_one_line_saying_what_was_resharded(four_then_two):
