@@ -79,9 +79,12 @@ class ElasticSampler(Sampler):
         return rest
 
     def __iter__(self) -> Iterator[int]:
-        start, self._start = self._start, 0   # a resume position applies to one iteration only
+        # a generator: the loaders that call iter() twice before reading (DataLoader's worker
+        # iterator does) leave the first one unstarted, so it consumes no resume position
+        start = self._start
         self._iter_start = start
-        return iter(self._remaining(start)[self.rank::self.num_replicas])
+        yield from self._remaining(start)[self.rank::self.num_replicas]
+        self._start = 0   # a resume position applies to one pass over the epoch only
 
     def __len__(self) -> int:
         return len(self._remaining(self._start)) // self.num_replicas

@@ -15,20 +15,22 @@ from test_checkpoint_reshard import ATOL, EPOCH_STEPS, K, N, RTOL, global_order,
 
 pytestmark = [pytest.mark.dist, pytest.mark.reshard]
 
-CASES = [  # (ranks, layout) saved -> (ranks, layout) resumed
-    ((4, "fsdp"), (2, "fsdp")),
-    ((2, "fsdp"), (4, "fsdp")),
-    ((4, "fsdp"), (8, "fsdp")),
-    ((4, "tp_dp"), (4, "fsdp")),
-    ((4, "fsdp"), (4, "tp_dp")),
+CASES = [  # (ranks, layout) saved -> (ranks, layout) resumed, DataLoader workers per rank
+    ((4, "fsdp"), (2, "fsdp"), 0),
+    ((4, "fsdp"), (2, "fsdp"), 2),
+    ((2, "fsdp"), (4, "fsdp"), 0),
+    ((4, "fsdp"), (8, "fsdp"), 0),
+    ((4, "tp_dp"), (4, "fsdp"), 0),
+    ((4, "fsdp"), (4, "tp_dp"), 0),
 ]
 
 
-@pytest.mark.parametrize("saved,resumed", CASES, ids=[f"{a}{w}-to-{b}{v}" for (w, a), (v, b) in CASES])
-def test_resume_at_another_world_size_or_layout(tmp_path, saved, resumed):
+@pytest.mark.parametrize("saved,resumed,workers", CASES,
+                         ids=[f"{a}{w}-to-{b}{v}-workers{n}" for (w, a), (v, b), n in CASES])
+def test_resume_at_another_world_size_or_layout(tmp_path, saved, resumed, workers):
     root = tmp_path / "ckpt"
-    ref = run(saved[0], root=str(root), steps=N, save_at=[K], layout=saved[1]).ranks
-    res = run(resumed[0], root=str(root), steps=N, layout=resumed[1]).ranks
+    ref = run(saved[0], root=str(root), steps=N, save_at=[K], layout=saved[1], workers=workers).ranks
+    res = run(resumed[0], root=str(root), steps=N, layout=resumed[1], workers=workers).ranks
     assert res[0].result["resumed_from"] == K
     worst = 0.0
     for step in range(K + 1, N + 1):
@@ -42,7 +44,7 @@ def test_resume_at_another_world_size_or_layout(tmp_path, saved, resumed):
     for name, want in ref[0].result["params"].items():
         torch.testing.assert_close(torch.tensor(res[0].result["params"][name]), torch.tensor(want),
                                    rtol=RTOL, atol=ATOL)
-    print(f"\n{saved} -> {resumed}: worst relative loss difference {worst:.2e}; "
+    print(f"\n{saved} -> {resumed}, {workers} workers: worst relative loss difference {worst:.2e}; "
           f"log: {[line for line in res[0].result['log'] if 'resharded' in line]}")
 
 

@@ -61,3 +61,45 @@ def test_a_rank_outside_the_world_is_refused():
         ElasticSampler([0, 1], num_replicas=2, rank=2)
     assert torch.equal(torch.tensor(ElasticSampler([0, 1, 2], num_replicas=1, rank=0, shuffle=False).order()),
                        torch.arange(3))
+
+
+def _train(folder, stop_after=None, workers=0, total=13):
+    """One process, ElasticSampler under a StatefulDataLoader; returns the batches seen (ids)."""
+    import warnings
+
+    import hal.checkpoint as ckpt
+
+    warnings.filterwarnings("ignore", message="'set_vital' is deprecated")
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    data = torch.utils.data.TensorDataset(torch.arange(40))
+    sampler = ElasticSampler(data, num_replicas=1, rank=0, seed=1)
+    loader = StatefulDataLoader(data, batch_size=4, sampler=sampler, num_workers=workers)
+    model = torch.nn.Linear(1, 1)
+    saver = ckpt.Checkpointer(folder, every=3, model=model, dataloader=loader, async_save=False)
+    ck = saver.resume()
+    step, epoch, seen = (ck.step if ck else 0), (ck.epoch if ck else 0), []
+    with saver:
+        while step < total:
+            sampler.set_epoch(epoch)
+            for (ids,) in loader:
+                step += 1
+                seen.append((step, ids.tolist()))
+                saver.step(step)
+                if step in (stop_after, total):
+                    break
+            else:
+                epoch += 1
+                continue
+            break
+    return seen
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_the_checkpointer_saves_the_global_position_and_resumes_there(tmp_path, workers):
+    """10 batches an epoch; stopped at step 8 (saved at 6), resumed: the batches of the
+    uninterrupted run from step 7 on, across the epoch boundary."""
+    ref = _train(tmp_path / "ref", workers=workers)
+    _train(tmp_path / "run", stop_after=8, workers=workers)
+    resumed = _train(tmp_path / "run", workers=workers)
+    assert resumed == ref[6:]
