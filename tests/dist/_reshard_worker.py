@@ -20,6 +20,7 @@ import torch.distributed as dist
 warnings.filterwarnings("ignore", message="'set_vital' is deprecated")
 from torchdata.stateful_dataloader import StatefulDataLoader  # noqa: E402
 
+import hal  # noqa: E402
 import hal.checkpoint as ckpt  # noqa: E402
 
 N_SAMPLES, D_IN, D_HID, D_OUT = 96, 8, 16, 4
@@ -46,14 +47,16 @@ def _model(layout: str, world: int):
 
     torch.manual_seed(0)  # the same initial weights on every rank and at every world size
     model = torch.nn.Sequential(torch.nn.Linear(D_IN, D_HID), torch.nn.ReLU(), torch.nn.Linear(D_HID, D_OUT))
+    model.to(hal.device())
+    kind = hal.device_type()
     if layout == "tp_dp":
         from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
-        mesh = init_device_mesh("cpu", (world // 2, 2), mesh_dim_names=("dp", "tp"))
+        mesh = init_device_mesh(kind, (world // 2, 2), mesh_dim_names=("dp", "tp"))
         parallelize_module(model, mesh["tp"], {"0": ColwiseParallel(), "2": RowwiseParallel()})
         fully_shard(model, mesh=mesh["dp"])
         return model, mesh["dp"].size(), mesh["dp"].get_local_rank()
-    mesh = init_device_mesh("cpu", (world,), mesh_dim_names=("dp",))
+    mesh = init_device_mesh(kind, (world,), mesh_dim_names=("dp",))
     for layer in (model[0], model[2]):
         fully_shard(layer, mesh=mesh)
     fully_shard(model, mesh=mesh)
@@ -91,6 +94,7 @@ def train(root: str, steps: int, global_batch: int = 8, save_at=None, layout: st
         while step < steps:
             sampler.set_epoch(epoch)
             for idx, x, y in loader:
+                x, y = x.to(hal.device()), y.to(hal.device())
                 loss = torch.nn.functional.mse_loss(model(x), y)
                 opt.zero_grad()
                 loss.backward()

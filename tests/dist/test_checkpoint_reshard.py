@@ -27,8 +27,8 @@ K, N, EPOCH_STEPS, GLOBAL_BATCH = 5, 14, 12, 8
 RTOL, ATOL = 1e-5, 1e-6
 
 
-def run(nproc, expect_ok=True, **kwargs):
-    res = spawn(WORKER, nproc, kwargs=kwargs, env=ENV, timeout=300)
+def run(nproc, expect_ok=True, backend="cpu", **kwargs):
+    res = spawn(WORKER, nproc, kwargs=kwargs, env={**ENV, "HAL_BACKEND": backend}, timeout=300)
     if expect_ok:
         assert res.ok, res.first_error() + "".join(r.stderr_tail[-1500:] for r in res.ranks)
     return res

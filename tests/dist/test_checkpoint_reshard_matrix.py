@@ -1,6 +1,7 @@
 """The longer resharding matrix (``make reshard``; marker ``reshard``, not in the default run).
 
-Each case saves at one world size and layout and resumes at another, compared with the
+Each case saves at one world size and layout and resumes at another (cpu/gloo; 4 -> 8 also on
+the emulator, 8 devices), compared with the
 uninterrupted run of the saving layout as in tests/dist/test_checkpoint_reshard.py: same
 global batches in the same global order, losses and final parameters within rtol 1e-5
 (float32), every sample of the epoch once.  Last, the stall of an asynchronous sharded save
@@ -15,22 +16,28 @@ from test_checkpoint_reshard import ATOL, EPOCH_STEPS, K, N, RTOL, global_order,
 
 pytestmark = [pytest.mark.dist, pytest.mark.reshard]
 
-CASES = [  # (ranks, layout) saved -> (ranks, layout) resumed, DataLoader workers per rank
-    ((4, "fsdp"), (2, "fsdp"), 0),
-    ((4, "fsdp"), (2, "fsdp"), 2),
-    ((2, "fsdp"), (4, "fsdp"), 0),
-    ((4, "fsdp"), (8, "fsdp"), 0),
-    ((4, "tp_dp"), (4, "fsdp"), 0),
-    ((4, "fsdp"), (4, "tp_dp"), 0),
+CASES = [  # (ranks, layout) saved -> (ranks, layout) resumed, DataLoader workers per rank, backend
+    ((4, "fsdp"), (2, "fsdp"), 0, "cpu"),
+    ((4, "fsdp"), (2, "fsdp"), 2, "cpu"),
+    ((2, "fsdp"), (4, "fsdp"), 0, "cpu"),
+    ((4, "fsdp"), (8, "fsdp"), 0, "cpu"),
+    ((4, "tp_dp"), (4, "fsdp"), 0, "cpu"),
+    ((4, "fsdp"), (4, "tp_dp"), 0, "cpu"),
+    pytest.param((4, "fsdp"), (8, "fsdp"), 0, "emu", marks=pytest.mark.emu),
 ]
 
 
-@pytest.mark.parametrize("saved,resumed,workers", CASES,
-                         ids=[f"{a}{w}-to-{b}{v}-workers{n}" for (w, a), (v, b), n in CASES])
-def test_resume_at_another_world_size_or_layout(tmp_path, saved, resumed, workers):
+def _id(case):
+    (w, a), (v, b), n, backend = case.values if hasattr(case, "values") else case
+    return f"{backend}-{a}{w}-to-{b}{v}-workers{n}"
+
+
+@pytest.mark.parametrize("saved,resumed,workers,backend", CASES, ids=[_id(c) for c in CASES])
+def test_resume_at_another_world_size_or_layout(tmp_path, saved, resumed, workers, backend):
     root = tmp_path / "ckpt"
-    ref = run(saved[0], root=str(root), steps=N, save_at=[K], layout=saved[1], workers=workers).ranks
-    res = run(resumed[0], root=str(root), steps=N, layout=resumed[1], workers=workers).ranks
+    ref = run(saved[0], root=str(root), steps=N, save_at=[K], layout=saved[1], workers=workers,
+              backend=backend).ranks
+    res = run(resumed[0], root=str(root), steps=N, layout=resumed[1], workers=workers, backend=backend).ranks
     assert res[0].result["resumed_from"] == K
     worst = 0.0
     for step in range(K + 1, N + 1):
@@ -44,7 +51,7 @@ def test_resume_at_another_world_size_or_layout(tmp_path, saved, resumed, worker
     for name, want in ref[0].result["params"].items():
         torch.testing.assert_close(torch.tensor(res[0].result["params"][name]), torch.tensor(want),
                                    rtol=RTOL, atol=ATOL)
-    print(f"\n{saved} -> {resumed}, {workers} workers: worst relative loss difference {worst:.2e}; "
+    print(f"\n{backend}: {saved} -> {resumed}, {workers} workers: worst relative loss difference {worst:.2e}; "
           f"log: {[line for line in res[0].result['log'] if 'resharded' in line]}")
 
 
