@@ -19,7 +19,7 @@ import torch
 import hal.checkpoint as ckpt
 from hal.dist.launch import spawn
 
-pytestmark = [pytest.mark.dist]
+pytestmark = [pytest.mark.dist, pytest.mark.slow]
 
 WORKER = str(Path(__file__).with_name("_reshard_worker.py")) + ":train"
 ENV = {"HAL_BACKEND": "cpu"}

@@ -14,7 +14,7 @@ import torch
 
 from test_checkpoint_reshard import ATOL, EPOCH_STEPS, K, N, RTOL, global_order, run
 
-pytestmark = [pytest.mark.dist, pytest.mark.reshard]
+pytestmark = [pytest.mark.dist, pytest.mark.slow, pytest.mark.reshard]
 
 CASES = [  # (ranks, layout) saved -> (ranks, layout) resumed, DataLoader workers per rank, backend
     ((4, "fsdp"), (2, "fsdp"), 0, "cpu"),
