@@ -30,7 +30,8 @@ frameworks:
 frameworks-timm:
 	bash scripts/frameworks_timm.sh
 # sharded checkpoints (FSDP2 / TP on cpu/gloo) resumed at other world sizes and layouts: 4->2, 2->4,
-# 4->8, TP2xDP2->DP4, DP4->TP2xDP2, and the async stall against a synchronous save (a few minutes)
+# 4->8 (also on emu), TP2xDP2->DP4, DP4->TP2xDP2, a hal run relaunch at fewer ranks, and the async
+# stall against a synchronous save (about 8 minutes on 2 cores)
 reshard:
 	$(PY) -m pytest -q -s -m reshard tests/dist/test_checkpoint_reshard_matrix.py
 # the whole fault matrix of a 2-rank job under torchrun --max-restarts (CPU and emulator,

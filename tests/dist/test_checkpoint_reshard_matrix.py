@@ -5,9 +5,12 @@ the emulator, 8 devices), compared with the
 uninterrupted run of the saving layout as in tests/dist/test_checkpoint_reshard.py: same
 global batches in the same global order, losses and final parameters within rtol 1e-5
 (float32), every sample of the epoch once.  Last, the stall of an asynchronous sharded save
-(``Checkpointer.last_stall_s``, what the training loop waits for) against a synchronous one.
+(``Checkpointer.last_stall_s``, what the training loop waits for) against a synchronous one,
+and the job relaunched by `hal run` (torchrun) with fewer ranks.
 """
+import json
 import statistics
+from pathlib import Path
 
 import pytest
 import torch
@@ -65,3 +68,26 @@ def test_async_stall_against_a_synchronous_save(tmp_path):
     print(f"\nsharded save, 4 ranks, median stall: sync {stall[False] * 1e3:.1f} ms, "
           f"async {stall[True] * 1e3:.1f} ms (ratio {ratio:.2f})")
     assert ratio < 1.0, stall
+
+
+def test_hal_run_relaunched_with_fewer_ranks_resumes_resharded(tmp_path):
+    """The same job as a script under `hal run` (torchrun): 4 ranks to step 14 saving at 5, then
+    relaunched with --nproc-per-node 2 from step 5: the uninterrupted run's batches and losses."""
+    from types import SimpleNamespace
+
+    from test_hal_run_device_types import hal_run
+
+    script = Path(__file__).parent / "hal_run_scripts" / "reshard_job.py"
+    root = tmp_path / "ckpt"
+    for nproc, tag, extra in ((4, "ref", [str(K)]), (2, "res", [])):
+        proc = hal_run("cpu", "--nproc-per-node", nproc, script, root, tmp_path / tag, N, *extra)
+        assert proc.returncode == 0, proc.stderr[-4000:]
+    ranks = {tag: [SimpleNamespace(result=json.loads((tmp_path / f"{tag}.{r}").read_text())) for r in range(n)]
+             for tag, n in (("ref", 4), ("res", 2))}
+    assert ranks["res"][0].result["resumed_from"] == K
+    for step in range(K + 1, N + 1):
+        assert global_order(ranks["res"], step) == global_order(ranks["ref"], step)
+        a, b = ranks["ref"][0].result["losses"][str(step)], ranks["res"][0].result["losses"][str(step)]
+        assert b == pytest.approx(a, rel=RTOL, abs=ATOL), f"step {step}: loss {b} vs {a}"
+    assert any("resharded" in line and "RNG state of rank(s) 2, 3 dropped" in line
+               for line in ranks["res"][0].result["log"])
