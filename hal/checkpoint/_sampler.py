@@ -59,6 +59,7 @@ class ElasticSampler(Sampler):
         self.epoch = 0
         self._start = 0          # global position the next iteration starts at
         self._iter_start = 0     # global position the current iteration started at
+        self._iter_epoch = None  # the epoch of that iteration (None: none started yet)
 
     def order(self, epoch: Optional[int] = None) -> list:
         """The epoch's global order of dataset indices (every rank computes the same)."""
@@ -82,7 +83,7 @@ class ElasticSampler(Sampler):
         # a generator: the loaders that call iter() twice before reading (DataLoader's worker
         # iterator does) leave the first one unstarted, so it consumes no resume position
         start = self._start
-        self._iter_start = start
+        self._iter_start, self._iter_epoch = start, self.epoch
         yield from self._remaining(start)[self.rank::self.num_replicas]
         self._start = 0   # a resume position applies to one pass over the epoch only
 
@@ -105,7 +106,11 @@ class ElasticSampler(Sampler):
         """Global position after this rank's loader delivered ``batches`` of ``batch_size``.
 
         Every rank delivers the same number of batches per step, so this is the same on all.
+        Before the chosen epoch's iteration has started, the loader's count belongs to an
+        older one: the position is where the next iteration will start.
         """
+        if self._iter_epoch != self.epoch:
+            return self._start
         return min(self._iter_start + batches * batch_size * self.num_replicas, len(self.dataset))
 
 

@@ -56,6 +56,13 @@ def test_the_resume_position_holds_for_one_iteration_and_a_new_epoch_starts_at_z
     assert list(s) == [0, 2, 4, 6, 8]
 
 
+def test_a_save_between_set_epoch_and_the_first_batch_is_at_the_start_of_the_new_epoch():
+    s = ElasticSampler(list(range(8)), num_replicas=2, rank=0, shuffle=False)
+    assert list(s) == [0, 2, 4, 6] and s.position(batches=2, batch_size=2) == 8
+    s.set_epoch(1)                       # the loader still reports the old epoch's 2 batches
+    assert s.position(batches=2, batch_size=2) == 0
+
+
 def test_a_rank_outside_the_world_is_refused():
     with pytest.raises(ValueError, match="rank=2"):
         ElasticSampler([0, 1], num_replicas=2, rank=2)
