@@ -128,3 +128,20 @@ def test_a_full_disk_then_a_killed_rank_leave_no_loadable_half_checkpoint(tmp_pa
     plain = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
     ck = ckpt.load(root, model=plain, restore_rng=False)   # one process, no torch.distributed
     assert ck.step == 2 and [s.step for s in ck.skipped] == [6]
+
+
+def test_a_changed_shard_is_refused_before_dcp_reads_it(four_then_two, tmp_path):
+    import shutil
+
+    step = tmp_path / f"step-0000000{K}"
+    shutil.copytree(four_then_two[0] / step.name, step)
+    shard = step / "dcp" / "__1_0.distcp"
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    shard.write_bytes(bytes(data))
+    plain = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+    with pytest.raises(ckpt.CheckpointError, match=r"dcp/__1_0.distcp sha256 differs"):
+        ckpt.load(step, model=plain)
+    with pytest.raises(ckpt.CheckpointError, match="sha256 differs"):
+        ckpt.consolidate(step, tmp_path / "model.safetensors")
+    assert ckpt.latest(tmp_path, verify=True) is None
