@@ -1,5 +1,5 @@
 PY ?= python3
-.PHONY: setup demo test bench gpu-check corpus-cuda-torch zoo chaos frameworks frameworks-timm
+.PHONY: setup demo test bench gpu-check corpus-cuda-torch zoo chaos frameworks frameworks-timm reshard
 setup:
 	bash scripts/setup.sh
 # the main job on the embedded defaults
@@ -29,6 +29,11 @@ frameworks:
 # about 5.5 GB: not in CI), through hal run on cpu and emu
 frameworks-timm:
 	bash scripts/frameworks_timm.sh
+# sharded checkpoints (FSDP2 / TP on cpu/gloo) resumed at other world sizes and layouts: 4->2, 2->4,
+# 4->8 (also on emu), TP2xDP2->DP4, DP4->TP2xDP2, a hal run relaunch at fewer ranks, and the async
+# stall against a synchronous save (about 8 minutes on 2 cores)
+reshard:
+	$(PY) -m pytest -q -s -m reshard tests/dist/test_checkpoint_reshard_matrix.py
 # the whole fault matrix of a 2-rank job under torchrun --max-restarts (CPU and emulator,
 # several seeds; about 10 minutes): docs/fault-tolerance.md
 chaos:

@@ -26,6 +26,10 @@ of python, numpy, the torch CPU generator and the current device (keyed ``"cpu"`
 pickle is executed on load.  A save writes temp files, fsyncs and renames them, writes
 ``manifest.json`` (sizes, sha256) last and only then moves the ``latest`` pointer; resume
 picks the newest complete checkpoint and logs why it skipped any other.
+A model with DTensor parameters (FSDP2, tensor parallel, 2-D) is saved through
+``torch.distributed.checkpoint`` in ``step-N/dcp/`` under the same commit protocol and
+resumed at any world size or layout; :class:`ElasticSampler` keeps a global data position
+that re-splits with it.
 See ``docs/checkpoint.md``; for jobs that restart themselves under torchrun
 (``--max-restarts``), ``docs/fault-tolerance.md``.
 """
@@ -37,17 +41,19 @@ from typing import Optional
 from hal.checkpoint import _dist
 from hal.checkpoint._checkpointer import Checkpointer, check_keep
 from hal.checkpoint._errors import CheckpointError, CheckpointWarning
+from hal.checkpoint._export import consolidate, describe
 from hal.checkpoint._files import CRASH_ENV, CRASH_POINTS
 from hal.checkpoint._layout import CheckpointInfo, scan
 from hal.checkpoint._load import Checkpoint, latest, load, resume
+from hal.checkpoint._sampler import ElasticSampler
 from hal.checkpoint._save import MODES, CheckpointWriteError, is_complete, persist, snapshot
 
 from hal.dist import elastic as _elastic
 
 _elastic.install()  # restarted torchrun groups must not read the dead attempt's addresses
 
-__all__ = ["save", "load", "resume", "latest", "scan", "Checkpointer", "Checkpoint",
-           "CheckpointInfo", "CheckpointError", "CheckpointWarning", "CheckpointWriteError",
+__all__ = ["save", "load", "resume", "latest", "scan", "describe", "consolidate", "Checkpointer", "Checkpoint",
+           "CheckpointInfo", "ElasticSampler", "CheckpointError", "CheckpointWarning", "CheckpointWriteError",
            "is_complete", "MODES",
            "CRASH_ENV", "CRASH_POINTS"]
 

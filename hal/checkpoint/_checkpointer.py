@@ -8,10 +8,11 @@ import warnings
 from pathlib import Path
 from typing import Optional
 
-from hal.checkpoint import _dist, _events
+from hal.checkpoint import _dcp, _dist, _events
 from hal.checkpoint._errors import CheckpointError, CheckpointWarning
 from hal.checkpoint._load import Checkpoint, latest, resume
-from hal.checkpoint._save import MODES, CheckpointWriteError, persist, snapshot
+from hal.checkpoint._sampler import ElasticSampler, delivered_batches
+from hal.checkpoint._save import MODES, CheckpointWriteError, commit, open_step, persist, snapshot
 from hal.checkpoint._tree import from_inline, to_inline
 
 log = logging.getLogger("hal.checkpoint")
@@ -83,7 +84,14 @@ class Checkpointer:
 
     The data position: ``dataloader`` must have ``state_dict()`` / ``load_state_dict()``
     (``torchdata.stateful_dataloader.StatefulDataLoader``); each rank saves its own, with
-    its sampler's epoch, and ``resume()`` restores both.  Under torchrun, ``resume()`` logs
+    its sampler's epoch, and ``resume()`` restores both.  With an :class:`ElasticSampler`
+    the position is global (samples of the epoch's order consumed by all ranks), so a job
+    resumed at another world size re-splits it and sees exactly the samples not yet seen.
+
+    A model with DTensor parameters (FSDP2 ``fully_shard``, tensor parallel, 2-D meshes) is
+    saved through ``torch.distributed.checkpoint`` (``dcp.async_save`` when asynchronous):
+    each rank writes its shards, and ``resume()`` reshards them to the layout and world
+    size of the job now.  Under torchrun, ``resume()`` logs
     why the group restarted, one line per event (logger ``hal.checkpoint``), from the
     records ranks leave when they fail inside ``with saver:``.
 
@@ -130,12 +138,25 @@ class Checkpointer:
             epoch = getattr(sampler, "epoch", None)
         if epoch is not None:
             data["epoch"] = int(epoch)
+        if isinstance(sampler, ElasticSampler):
+            data["global"] = {"epoch": int(sampler.epoch), "length": len(sampler.dataset),
+                              "position": sampler.position(delivered_batches(self.dataloader),
+                                                           self._batch_size()),
+                              "world_size": sampler.num_replicas, "batch_size": self._batch_size(),
+                              "seed": sampler.seed, "shuffle": bool(sampler.shuffle)}
         if self.dataloader is not None:
             data["loader"] = to_inline(self.dataloader.state_dict(), "loader")
             gen = getattr(self.dataloader, "generator", None)
             if gen is not None and gen.device.type == "cpu":
                 data["generator"] = to_inline(gen.get_state(), "generator")
         return data
+
+    def _batch_size(self) -> int:
+        bs = getattr(self.dataloader, "batch_size", None)
+        if not isinstance(bs, int):
+            raise CheckpointError(f"{type(self.dataloader).__name__}.batch_size is {bs!r}: an ElasticSampler's "
+                                  "position counts samples, so the loader needs batch_size= (not a batch_sampler)")
+        return bs
 
     def step(self, step: int, *, epoch: Optional[int] = None, extra: Optional[dict] = None) -> bool:
         """Call after each optimizer step with the number of steps done; saves every ``every`` steps.
@@ -163,6 +184,17 @@ class Checkpointer:
         group = _dist.group()
         snap = snapshot(step, **objs, extra=extra, mode=self.mode, clone=self.async_save,
                         data=self._data(epoch))
+        if snap.sharded is not None and self.async_save:
+            # DCP stages the shards to host memory now; its thread writes them, ours commits
+            step_dir, failure = open_step(self.dir, snap, group)
+            pending = _dcp.start(step_dir, snap.sharded, snap.rank, group, async_save=True) \
+                if failure is None else None
+            snap.sharded = None
+            self._thread = threading.Thread(target=self._commit, args=(step_dir, snap, group, failure, pending),
+                                            name=f"hal-checkpoint-{step}", daemon=False)
+            self._thread.start()
+            self.last_stall_s = time.perf_counter() - t0
+            return
         if not self.async_save:
             try:
                 self.last_path = persist(self.dir, snap, self.keep_last, group)
@@ -179,8 +211,14 @@ class Checkpointer:
         self.last_stall_s = time.perf_counter() - t0
 
     def _persist(self, snap, group) -> None:
+        self._background(persist, self.dir, snap, self.keep_last, group)
+
+    def _commit(self, step_dir, snap, group, failure, pending) -> None:
+        self._background(commit, self.dir, step_dir, snap, self.keep_last, group, failure, pending)
+
+    def _background(self, fn, *args) -> None:
         try:
-            self.last_path = persist(self.dir, snap, self.keep_last, group)
+            self.last_path = fn(*args)
             self.failed_saves = 0
         except BaseException as exc:  # re-raised in the caller's thread by wait()
             self._error = exc
@@ -226,19 +264,57 @@ class Checkpointer:
         or None when there is none.  Collective under torch.distributed.
         """
         self.wait()
-        args = {**self.objects, **kwargs}
+        args = {"quiet": True, **self.objects, **kwargs}
         ck = resume(self.dir, **args)
+        resplit = None
         if ck is not None and self.dataloader is not None:
-            self._restore_data(ck)
+            resplit = self._restore_data(ck)
+        if ck is not None:
+            self._log_reshard(ck, resplit)
         self._log_restart(ck)
         if ck is not None:
             self.last_step = ck.step
         return ck
 
-    def _restore_data(self, ck: Checkpoint) -> None:
+    def _log_reshard(self, ck: Checkpoint, resplit: Optional[str]) -> None:
+        """One line (rank 0) on what changed since the save: shards, RNG, data position."""
+        parts = [p for p in (ck.reshard, resplit) if p]
+        if parts and _dist.rank_world()[0] == 0:
+            log.warning("hal.checkpoint: %s", "; ".join(parts))
+
+    def _restore_global(self, ck: Checkpoint, sampler: ElasticSampler) -> Optional[str]:
+        g = ck.data["global"]
+        if g["length"] != len(sampler.dataset):
+            raise CheckpointError(f"{ck.path}: the data position belongs to a dataset of {g['length']} samples, "
+                                  f"this ElasticSampler's has {len(sampler.dataset)}; resume with the same dataset")
+        if (g["seed"], g["shuffle"]) != (sampler.seed, bool(sampler.shuffle)):
+            raise CheckpointError(f"{ck.path}: saved with ElasticSampler(seed={g['seed']}, shuffle={g['shuffle']}), "
+                                  f"resumed with seed={sampler.seed}, shuffle={sampler.shuffle}: the epoch's "
+                                  "order would differ; build the sampler as when saving")
+        sampler.resume_at(g["epoch"], g["position"])
+        gen = getattr(self.dataloader, "generator", None)
+        if gen is not None and "generator" in ck.data:
+            gen.set_state(from_inline(ck.data["generator"]))
+        before = g["world_size"] * g["batch_size"]
+        now = sampler.num_replicas * self._batch_size()
+        if before != now:
+            warnings.warn(CheckpointWarning(
+                f"{ck.path}: the global batch was {g['world_size']} x {g['batch_size']} = {before} samples and "
+                f"is now {sampler.num_replicas} x {self._batch_size()} = {now}; the data resumes at the "
+                "right sample, but each step now takes another number of samples (keep world size x "
+                "batch_size constant to repeat the uninterrupted run)"), stacklevel=3)
+        if g["world_size"] == sampler.num_replicas:
+            return None
+        return (f"data position re-split: epoch {g['epoch']} resumes at sample {g['position']} of "
+                f"{g['length']} in its global order, over {sampler.num_replicas} data-parallel rank(s) x "
+                f"{self._batch_size()} samples a batch (was {g['world_size']} x {g['batch_size']})")
+
+    def _restore_data(self, ck: Checkpoint) -> Optional[str]:
         _, world = _dist.rank_world()
         saved_world = int(ck.manifest.get("world_size", 1))
         sampler = _sampler(self.dataloader)
+        if isinstance(sampler, ElasticSampler) and ck.data is not None and "global" in ck.data:
+            return self._restore_global(ck, sampler)
         if sampler is not None and ck.epoch is not None:
             sampler.set_epoch(ck.epoch)
         if saved_world != world:
@@ -262,6 +338,7 @@ class Checkpointer:
             raise CheckpointError(f"{ck.path}: the saved data position does not fit this "
                                   f"{type(self.dataloader).__name__} ({exc}); build the loader as it "
                                   "was built when saving (batch size, sampler, num_workers)") from None
+        return None
 
     def _log_restart(self, ck: Optional[Checkpoint]) -> None:
         rank, world = _dist.rank_world()

@@ -5,6 +5,8 @@
     <dir>/latest                       name of the newest committed checkpoint (a hint)
     <dir>/step-00000100/rank-00000.safetensors   tensors of rank 0
     <dir>/step-00000100/rank-00000.json          everything else of rank 0 (JSON) + RNG
+    <dir>/step-00000100/dcp/                     a sharded (DTensor) model's and optimizer's
+                                                 state, in torch.distributed.checkpoint's format
     <dir>/step-00000100/manifest.json            written last: sizes and sha256 of every file
 
 A checkpoint is complete when its manifest parses and every listed file has the listed
@@ -19,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import List, Optional
 
+from hal.checkpoint._dcp import FOLDER
 from hal.checkpoint._files import sha256_file
 
 MANIFEST = "manifest.json"
@@ -50,6 +53,14 @@ class CheckpointInfo:
                 "reason": self.reason}
 
 
+def safe_name(name: str) -> bool:
+    """A file name a manifest may list: a plain name in the step folder or in its ``dcp/``."""
+    head, sep, tail = name.partition("/")
+    if sep:
+        return head == FOLDER and bool(tail) and "/" not in tail and "\\" not in tail and tail not in (".", "..")
+    return bool(name) and "\\" not in name and not name.startswith(".")
+
+
 def check(path: Path, verify: bool = True) -> CheckpointInfo:
     """Whether the checkpoint folder ``path`` is complete, and why not."""
     m = _STEP_RE.match(path.name)
@@ -65,7 +76,7 @@ def check(path: Path, verify: bool = True) -> CheckpointInfo:
         return CheckpointInfo(path, step, False, f"manifest.json is not schema {SCHEMA}")
     for name, entry in manifest.get("files", {}).items():
         f = path / name
-        if "/" in name or "\\" in name or name.startswith("."):
+        if not safe_name(name):
             return CheckpointInfo(path, step, False, f"manifest lists an unsafe file name {name!r}")
         if not f.is_file():
             return CheckpointInfo(path, step, False, f"{name} is missing")

@@ -12,7 +12,7 @@ from typing import List, Optional
 
 import torch
 
-from hal.checkpoint import _dist, _rng
+from hal.checkpoint import _dcp, _dist, _rng
 from hal.checkpoint._errors import CheckpointError, CheckpointWarning
 from hal.checkpoint._layout import (MANIFEST, CheckpointInfo, check, newest_complete,
                                     rank_stem, read_latest, step_name)
@@ -42,6 +42,9 @@ class Checkpoint:
     rng_applied: List[str] = field(default_factory=list)
     skipped: List[CheckpointInfo] = field(default_factory=list)
     data: Optional[dict] = None
+    #: what changed between the saving and the loading world (ranks, layout, RNG dropped),
+    #: one sentence; None when the checkpoint is loaded as it was saved
+    reshard: Optional[str] = None
 
     @property
     def epoch(self) -> Optional[int]:
@@ -116,7 +119,13 @@ def read_step(path: Path, rank: int, world: int, verify: bool = True):
     state = decode(doc.get("state") or {}, tensors)
     rng_doc = doc if state_rank == rank else get(f"{rank_stem(rank)}.json", _read_doc)
     rng = (rng_doc or {}).get("rng")
-    return state, rng, manifest, (rng_doc or {}).get("data")
+    data = (rng_doc or {}).get("data")
+    shared = (doc.get("data") or {}).get("global")
+    if shared is not None and "global" not in (data or {}):
+        # a global data position (ElasticSampler) is the same on every rank: a rank that did
+        # not exist at save time takes rank 0's
+        data = {"epoch": shared["epoch"], "global": shared}
+    return state, rng, manifest, data
 
 
 def _load_file(path: Path) -> dict:
@@ -214,10 +223,27 @@ def load(path, *, model=None, optimizer=None, scheduler=None, scaler=None, resto
 
 
 def _load_step(path, model, optimizer, scheduler, scaler, restore_rng, strict, verify,
-               skipped=()) -> Checkpoint:
+               skipped=(), quiet: bool = False) -> Checkpoint:
     rank, world = _dist.rank_world()
     state, rng, manifest, data = read_step(path, rank, world, verify)
-    apply(state, model=model, optimizer=optimizer, scheduler=scheduler, scaler=scaler, strict=strict)
+    reshard = None
+    if manifest.get("mode") == _dcp.MODE:
+        if optimizer is not None and model is None:
+            raise CheckpointError(f"{path}: optimizer= without model=: the sharded optimizer state is "
+                                  "keyed by the model's parameter names; pass model= too")
+        if model is not None:
+            _dcp.load(path, model, optimizer, _dist.group())
+            reshard = _reshard_text(path, manifest, model, world)
+        apply(state, scheduler=scheduler, scaler=scaler, strict=strict)
+    else:
+        if _dcp.holds_dtensor(model):
+            raise CheckpointError(f"{path}: a full-state checkpoint (mode {manifest.get('mode')!r}) cannot "
+                                  "be loaded into a model with DTensor parameters (FSDP2, tensor parallel); "
+                                  "load it into the model before fully_shard / parallelize_module, or "
+                                  "save again from the sharded model")
+        apply(state, model=model, optimizer=optimizer, scheduler=scheduler, scaler=scaler, strict=strict)
+    if reshard and rank == 0 and not quiet:
+        log.warning("hal.checkpoint: %s", reshard)
     step = int(manifest["step"])
     applied: List[str] = []
     if restore_rng:
@@ -225,7 +251,25 @@ def _load_step(path, model, optimizer, scheduler, scaler, restore_rng, strict, v
             applied = _rng.restore(rng, step, rank)
         else:
             _reseed_missing(step, rank, world, manifest)
-    return Checkpoint(path, step, state, manifest, applied, list(skipped), data)
+    return Checkpoint(path, step, state, manifest, applied, list(skipped), data, reshard)
+
+
+def _reshard_text(path, manifest: dict, model, world: int) -> Optional[str]:
+    """One sentence on what DCP resharded and whose RNG was dropped; None when nothing changed."""
+    saved_world = int(manifest.get("world_size", 1))
+    saved = ((manifest.get("sharded") or {}).get("layout") or {}).get("text", "?")
+    now = _dcp.layout(model)["text"]
+    if saved_world == world and saved == now:
+        return None
+    text = (f"{path} was saved by {saved_world} rank(s) [{saved}] and is loaded by {world} [{now}]: "
+            "model and optimizer state resharded by torch.distributed.checkpoint")
+    if saved_world > world:
+        gone = ", ".join(str(r) for r in range(world, saved_world))
+        text += f"; the RNG state of rank(s) {gone} dropped (no rank runs them now)"
+    elif saved_world < world:
+        new = ", ".join(str(r) for r in range(saved_world, world))
+        text += f"; rank(s) {new} have no saved RNG state and are reseeded from step and rank"
+    return text
 
 
 def _reseed_missing(step, rank, world, manifest) -> None:
@@ -245,13 +289,16 @@ def _reseed_missing(step, rank, world, manifest) -> None:
 
 
 def resume(dir, *, model=None, optimizer=None, scheduler=None, scaler=None, restore_rng: bool = True,
-           strict: bool = True, verify: bool = True) -> Optional[Checkpoint]:
+           strict: bool = True, verify: bool = True, quiet: bool = False) -> Optional[Checkpoint]:
     """Restore the newest complete checkpoint under ``dir``; None when there is none.
 
     Incomplete or damaged checkpoints newer than the one used are skipped and logged
     (logger ``hal.checkpoint``, level WARNING) with the reason, and listed in
     ``Checkpoint.skipped``.  Collective under torch.distributed: rank 0 chooses, every
-    rank loads the same step.
+    rank loads the same step.  A sharded (DTensor) checkpoint is resharded by
+    torch.distributed.checkpoint to the model's layout now, at any world size; rank 0 logs
+    one line saying what changed (``Checkpoint.reshard``; ``quiet=True`` leaves the logging
+    to the caller).
     """
     root = Path(dir)
     group = _dist.group()
@@ -274,7 +321,7 @@ def resume(dir, *, model=None, optimizer=None, scheduler=None, scaler=None, rest
             log.warning("hal.checkpoint: no complete checkpoint under %s; starting from scratch", root)
         return None
     return _load_step(Path(chosen), model, optimizer, scheduler, scaler, restore_rng, strict,
-                      verify=verify and rank != 0, skipped=skipped)
+                      verify=verify and rank != 0, skipped=skipped, quiet=quiet)
 
 
 def latest(dir, verify: bool = False) -> Optional[Path]:

@@ -14,7 +14,7 @@ from typing import Dict, Optional
 import torch
 
 from hal.util.io import atomic_write, fsync_dir
-from hal.checkpoint import _dist, _rng
+from hal.checkpoint import _dcp, _dist, _rng
 from hal.checkpoint._errors import CheckpointError
 from hal.checkpoint._files import crash_point, write_json, write_tensors
 from hal.checkpoint._layout import (LATEST, MANIFEST, SCHEMA, check, rank_stem, scan,
@@ -38,6 +38,10 @@ class Snapshot:
     doc: dict
     tensors: Optional[Dict[str, torch.Tensor]] = None
     nbytes: int = 0
+    #: model / optimizer state for torch.distributed.checkpoint (a DTensor model), else None
+    sharded: Optional[dict] = None
+    #: what the manifest records about a sharded state: layout, tensors (None otherwise)
+    sharded_info: Optional[dict] = None
 
 
 def _snapshotter(clone: bool):
@@ -88,7 +92,10 @@ def snapshot(step: int, *, model=None, optimizer=None, scheduler=None, scaler=No
              rng: bool = True, data: Optional[dict] = None) -> Snapshot:
     """Host copy of the training state of this rank (``clone=False`` shares CPU tensors).
 
-    ``data`` is this rank's own data position (epoch, loader state), kept per rank.
+    ``data`` is this rank's own data position (epoch, loader state), kept per rank.  A
+    model with DTensor parameters (FSDP2, tensor parallel) is not copied here: its model
+    and optimizer state go to ``Snapshot.sharded`` for torch.distributed.checkpoint, and
+    the rest (scheduler, scaler, extra) is saved by rank 0 as in ``"replicated"`` mode.
     """
     if mode not in MODES:
         raise CheckpointError(f"mode={mode!r}: unknown distributed mode; use 'replicated' (rank 0 "
@@ -96,6 +103,13 @@ def snapshot(step: int, *, model=None, optimizer=None, scheduler=None, scaler=No
     if isinstance(step, bool) or not isinstance(step, int) or step < 0:
         raise CheckpointError(f"step={step!r}: the step must be a non-negative int")
     rank, world = _dist.rank_world()
+    sharded = sharded_info = None
+    if _dcp.holds_dtensor(model):
+        sharded = _dcp.state(model, optimizer)
+        sharded_info = {"format": "torch.distributed.checkpoint", "folder": _dcp.FOLDER,
+                        "layout": _dcp.layout(model), **_dcp.tensors_info(sharded)}
+        model = optimizer = None
+        mode = "replicated"
     saves_state = mode == "sharded" or rank == 0
     state = {}
     if saves_state:
@@ -116,12 +130,15 @@ def snapshot(step: int, *, model=None, optimizer=None, scheduler=None, scaler=No
     doc_state = encode(state, tensors, "", snap) if saves_state else None
     wait()
     _check_data(data)
+    if sharded is not None:
+        mode = _dcp.MODE
     doc = {"schema": RANK_SCHEMA, "step": step, "rank": rank, "world_size": world, "mode": mode,
            "state": doc_state, "rng": _rng.capture() if rng else None}
     if data is not None:
         doc["data"] = data
     nbytes = sum(t.numel() * t.element_size() for t in tensors.values())
-    return Snapshot(step, rank, world, mode, doc, tensors if saves_state else None, nbytes)
+    return Snapshot(step, rank, world, mode, doc, tensors if saves_state else None, nbytes,
+                    sharded, sharded_info)
 
 
 def _invalidate(step_dir: Path) -> None:
@@ -133,6 +150,7 @@ def _invalidate(step_dir: Path) -> None:
         fsync_dir(step_dir)
     for tmp in step_dir.glob(".*.tmp"):
         tmp.unlink()
+    shutil.rmtree(step_dir / _dcp.FOLDER, ignore_errors=True)
 
 
 class CheckpointWriteError(CheckpointError):
@@ -181,6 +199,19 @@ def persist(root, snap: Snapshot, keep_last: Optional[int] = None, group=None) -
     step folder and every rank raises the same :class:`CheckpointWriteError`, so the ranks
     never disagree about which checkpoints exist.
     """
+    step_dir, failure = open_step(root, snap, group)
+    pending = None
+    if snap.sharded is not None and failure is None:
+        pending = _dcp.start(step_dir, snap.sharded, snap.rank, group, async_save=False)
+    return commit(root, step_dir, snap, keep_last, group, failure, pending)
+
+
+def open_step(root, snap: Snapshot, group):
+    """Rank 0 creates (or clears) the step folder; every rank learns whether it could.
+
+    Returns ``(step_dir, failure)``; ``failure`` is ``(rank, errno, text)`` or None, the same
+    on every rank, so that all of them skip the writes (and DCP's collectives) alike.
+    """
     root = Path(root)
     step_dir = root / step_name(snap.step)
     failure = None
@@ -193,9 +224,22 @@ def persist(root, snap: Snapshot, keep_last: Optional[int] = None, group=None) -
             fsync_dir(root)
         except OSError as exc:
             failure = (0, exc.errno, f"cannot create {step_dir}: {_describe(exc)}")
-    _dist.barrier(group)
+    return step_dir, _dist.broadcast(failure, group)
+
+
+def commit(root, step_dir: Path, snap: Snapshot, keep_last: Optional[int], group, failure=None,
+           pending: Optional["_dcp.Pending"] = None) -> Path:
+    """The second half of :func:`persist`: this rank's files, then rank 0's manifest.
+
+    ``pending`` is the DCP save of a sharded state started after :func:`open_step`; its
+    files are hashed into the manifest like hal's own.
+    """
+    root = Path(root)
     stem = rank_stem(snap.rank)
     entries: Dict[str, dict] = {}
+    if failure is None and pending is not None:
+        shard_entries, failure = pending.finish()
+        entries.update(shard_entries)
     if failure is None:
         try:
             step_dir.mkdir(parents=True, exist_ok=True)
@@ -242,6 +286,8 @@ def _commit_manifest(root: Path, step_dir: Path, snap: Snapshot, gathered) -> No
                 "backend": (snap.doc.get("rng") or {}).get("backend"),
                 "device_type": (snap.doc.get("rng") or {}).get("device_type"),
                 "files": files}
+    if snap.sharded_info is not None:
+        manifest["sharded"] = snap.sharded_info
     write_json(step_dir / MANIFEST, manifest, partial_point="manifest-partial")
     fsync_dir(step_dir)
     crash_point("manifest-committed")

@@ -35,6 +35,7 @@ examples:
   hal conformance --backend emu      the backend contract as a publishable report
   hal metrics summary run.jsonl  throughput drops in a run's metrics
   hal checkpoint ls ckpt/      which checkpoint resume would use, and why not the others
+  hal checkpoint info ckpt/    what a step holds, the world size and layout it was saved at
   hal doctor                   environment checklist: OK / WARN / FAIL
   hal bench all_reduce -n 2    collective bandwidth, nccl-tests columns
   hal ops                      which fused kernel each hal.ops operator runs here

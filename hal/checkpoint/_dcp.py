@@ -1,0 +1,273 @@
+"""Sharded model and optimizer state (DTensor parameters) through torch.distributed.checkpoint.
+
+A model whose parameters are DTensors (FSDP2 ``fully_shard``, tensor parallel, a 2-D mesh)
+is saved in DCP's own format under ``step-N/dcp/``: each rank writes its shards
+(``__R_0.distcp``, read back with ``torch.load(weights_only=True)``), the coordinator
+writes DCP's ``.metadata`` (a pickle, like the small non-tensor items DCP stores).  The model and
+optimizer state come from ``torch.distributed.checkpoint.state_dict.get_state_dict`` and go
+back with ``set_state_dict``, so DCP reshards them at load for any world size or layout.
+hal adds only its commit protocol around DCP's files: every rank hashes (sha256) and fsyncs
+the files it wrote, rank 0 lists them in ``manifest.json`` after every rank is done, and
+no DCP file is opened on load before the manifest's checksums matched: a file changed after
+the save is refused before any of its pickles is read.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import warnings
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple
+
+import torch
+
+from hal.checkpoint._errors import CheckpointError
+from hal.checkpoint._files import sha256_file
+from hal.util.io import fsync_dir
+
+#: the subfolder of a step folder that holds DCP's files
+FOLDER = "dcp"
+#: the manifest's ``mode`` of a checkpoint whose model and optimizer state are DCP's
+MODE = "dcp"
+#: DCP's own metadata file (written by the coordinator, rank 0)
+METADATA = ".metadata"
+
+
+def _dtensor_type():
+    try:
+        from torch.distributed.tensor import DTensor
+    except ImportError:  # pragma: no cover - torch without distributed
+        return None
+    return DTensor
+
+
+def holds_dtensor(model) -> bool:
+    """True when ``model`` has at least one DTensor parameter (FSDP2, tensor parallel, 2-D)."""
+    dt = _dtensor_type()
+    if dt is None or model is None or not hasattr(model, "parameters"):
+        return False
+    return any(isinstance(p, dt) for p in model.parameters())
+
+
+def _placements(t) -> str:
+    return ", ".join(str(p) for p in t.placements)
+
+
+def layout(model) -> dict:
+    """How ``model``'s parameters are laid out over ranks: the meshes and placements, counted.
+
+    ``{"meshes": [{"shape": [2, 2], "dim_names": ["dp", "tp"], "placements": "Shard(0), Shard(0)",
+    "parameters": 2}, ...], "text": "..."}``, for ``hal checkpoint info`` and the resume log line.
+    """
+    dt = _dtensor_type()
+    groups: Dict[tuple, int] = {}
+    for p in model.parameters():
+        if dt is not None and isinstance(p, dt):
+            mesh = p.device_mesh
+            key = (tuple(mesh.mesh.shape), tuple(mesh.mesh_dim_names or ()), _placements(p))
+        else:
+            key = ((), (), "plain tensor (every rank holds it whole)")
+        groups[key] = groups.get(key, 0) + 1
+    meshes = [{"shape": list(s), "dim_names": list(n), "placements": pl, "parameters": c}
+              for (s, n, pl), c in groups.items()]
+    return {"meshes": meshes, "text": describe(meshes)}
+
+
+def describe(meshes: List[dict]) -> str:
+    """One line: ``mesh (dp=2, tp=2): 2 parameters [Shard(0), Shard(0)]; ...``."""
+    parts = []
+    for m in meshes:
+        if not m["shape"]:
+            parts.append(f"{m['parameters']} parameter(s) {m['placements']}")
+            continue
+        names = m["dim_names"] or [f"dim{i}" for i in range(len(m["shape"]))]
+        dims = ", ".join(f"{n}={s}" for n, s in zip(names, m["shape"]))
+        parts.append(f"mesh ({dims}): {m['parameters']} parameter(s) [{m['placements']}]")
+    return "; ".join(parts)
+
+
+def state(model, optimizer=None) -> dict:
+    """``{"model": ..., "optimizer": ...}`` as DCP saves and loads them (sharded, FQN keys)."""
+    from torch.distributed.checkpoint import state_dict as sd
+
+    if optimizer is None:
+        return {"model": sd.get_model_state_dict(model)}
+    msd, osd = sd.get_state_dict(model, optimizer)
+    return {"model": msd, "optimizer": osd}
+
+
+def tensors_info(st: dict) -> dict:
+    """Global shape, dtype and placements of every model tensor; optimizer tensors counted."""
+    dt = _dtensor_type()
+    model = {}
+    for name, t in st.get("model", {}).items():
+        if isinstance(t, torch.Tensor):
+            model[name] = {"shape": list(t.shape), "dtype": str(t.dtype).replace("torch.", ""),
+                           "placements": _placements(t) if dt is not None and isinstance(t, dt) else "whole"}
+    n, nbytes = 0, 0
+    for per_param in (st.get("optimizer") or {}).get("state", {}).values():
+        for t in per_param.values():
+            if isinstance(t, torch.Tensor):
+                n += 1
+                nbytes += t.numel() * t.element_size()
+    return {"model": model, "optimizer_tensors": n, "optimizer_bytes": nbytes,
+            "model_bytes": sum(_numel(v["shape"]) * _itemsize(v["dtype"]) for v in model.values())}
+
+
+def _numel(shape) -> int:
+    n = 1
+    for s in shape:
+        n *= int(s)
+    return n
+
+
+def _itemsize(dtype: str) -> int:
+    return torch.empty((), dtype=getattr(torch, dtype)).element_size()
+
+
+@contextlib.contextmanager
+def _one_process(group):
+    """Without a process group, DCP warns that it assumes one process: that is the intent here."""
+    with warnings.catch_warnings():
+        if group is None:
+            warnings.filterwarnings("ignore", message="torch.distributed is disabled, unavailable or uninitialized")
+        yield
+
+
+def _writer(folder: Path):
+    from torch.distributed.checkpoint import FileSystemWriter
+
+    return FileSystemWriter(str(folder), sync_files=True)
+
+
+def _root_error(exc: BaseException) -> BaseException:
+    """The first rank's own exception inside a DCP ``CheckpointException``, else ``exc``."""
+    failures = getattr(exc, "failures", None)
+    if isinstance(failures, dict) and failures:
+        first = failures[min(failures)]
+        inner = first[0] if isinstance(first, tuple) else first
+        if isinstance(inner, BaseException):
+            return inner
+    return exc
+
+
+class Pending:
+    """A DCP save under way (or done): :meth:`finish` waits, hashes this rank's files."""
+
+    def __init__(self, folder: Path, rank: int, future: Optional[Future] = None,
+                 error: Optional[BaseException] = None):
+        self.folder, self.rank, self.future, self.error = folder, rank, future, error
+
+    def finish(self) -> Tuple[Dict[str, dict], Optional[tuple]]:
+        """``(manifest entries of this rank's DCP files, failure or None)``."""
+        if self.future is not None:
+            try:
+                self.future.result()
+            except BaseException as exc:  # DCP raises the same error on every rank
+                self.error = exc
+            self.future = None
+        if self.error is not None:
+            inner = _root_error(self.error)
+            err = inner.errno if isinstance(inner, OSError) else None
+            text = (f"{inner.strerror} (errno {inner.errno})" if isinstance(inner, OSError) and inner.errno
+                    else f"{type(inner).__name__}: {(str(inner).strip().splitlines() or [''])[-1][:300]}")
+            return {}, (self.rank, err, f"torch.distributed.checkpoint could not write {self.folder}: {text}")
+        try:
+            return own_files(self.folder, self.rank), None
+        except OSError as exc:
+            return {}, (self.rank, exc.errno, f"rank {self.rank} cannot read back {self.folder}: {exc}")
+
+
+def own_files(folder: Path, rank: int) -> Dict[str, dict]:
+    """Size and sha256 of the DCP files ``rank`` wrote (fsynced again: durable before the manifest)."""
+    names = sorted(p.name for p in folder.iterdir() if p.name.startswith(f"__{rank}_"))
+    if rank == 0:
+        names.append(METADATA)
+    out = {}
+    for name in names:
+        path = folder / name
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        n, sha = sha256_file(path)
+        out[f"{FOLDER}/{name}"] = {"bytes": n, "sha256": sha}
+    fsync_dir(folder)
+    return out
+
+
+def start(step_dir: Path, st: dict, rank: int, group, async_save: bool) -> Pending:
+    """Start DCP's save of ``st`` into ``step_dir/dcp`` (collective on ``group``).
+
+    With ``async_save`` the state is staged to host memory now (``dcp.async_save``) and the
+    files are written by DCP's thread; otherwise written before returning.  Errors are kept
+    in the returned :class:`Pending`, so every rank reaches the commit's gather.
+    """
+    import torch.distributed.checkpoint as dcp
+
+    folder = step_dir / FOLDER
+    kw = dict(storage_writer=_writer(folder), process_group=group, no_dist=group is None)
+    try:
+        folder.mkdir(exist_ok=True)
+        if group is None:
+            with _one_process(None):
+                dcp.save(st, **kw)
+            return Pending(folder, rank)
+        if async_save:
+            fut = dcp.async_save(st, **kw)
+            return Pending(folder, rank, future=getattr(fut, "upload_completion", fut))
+        dcp.save(st, **kw)
+    except BaseException as exc:  # noqa: BLE001 - every rank must reach the commit
+        return Pending(folder, rank, error=exc)
+    return Pending(folder, rank)
+
+
+def load(step_dir: Path, model, optimizer, group) -> None:
+    """Read ``step_dir/dcp`` into ``model`` (and ``optimizer``), resharded to their layout now."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint import FileSystemReader
+    from torch.distributed.checkpoint import state_dict as sd
+
+    st = state(model, optimizer)
+    try:
+        with _one_process(group):
+            dcp.load(st, storage_reader=FileSystemReader(str(step_dir / FOLDER)), process_group=group,
+                     no_dist=group is None)
+    except BaseException as exc:  # noqa: BLE001 - DCP's CheckpointException is a BaseException
+        if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+            raise
+        inner = _root_error(exc)
+        first = (str(inner).strip().splitlines() or [type(inner).__name__])[-1]
+        raise CheckpointError(f"{step_dir}: torch.distributed.checkpoint cannot load the sharded state "
+                              f"into this model ({type(inner).__name__}: {first[:300]}); build the model "
+                              "(and optimizer) with the same parameter names and shapes as when saving"
+                              ) from None
+    if optimizer is None:
+        sd.set_model_state_dict(model, st["model"])
+    else:
+        sd.set_state_dict(model, optimizer, model_state_dict=st["model"], optim_state_dict=st["optimizer"])
+
+
+def full_model(step_dir: Path) -> Dict[str, torch.Tensor]:
+    """The whole model state of a DCP checkpoint, in this process, with no process group.
+
+    Reads DCP's metadata for every ``model.*`` tensor's global shape and dtype, then lets
+    ``dcp.load(no_dist=True)`` assemble each full tensor from every rank's shards.
+    """
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint import FileSystemReader
+    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+
+    reader = FileSystemReader(str(step_dir / FOLDER))
+    meta = reader.read_metadata()
+    full = {}
+    for key, md in meta.state_dict_metadata.items():
+        if key.startswith("model.") and isinstance(md, TensorStorageMetadata):
+            full[key[len("model."):]] = torch.empty(tuple(md.size), dtype=md.properties.dtype)
+    if not full:
+        raise CheckpointError(f"{step_dir}: the DCP checkpoint holds no model tensors")
+    with _one_process(None):
+        dcp.load({"model": full}, storage_reader=FileSystemReader(str(step_dir / FOLDER)), no_dist=True)
+    return full
