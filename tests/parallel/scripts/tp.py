@@ -30,7 +30,7 @@ if args.reference:
 
 local_rank = int(os.environ["LOCAL_RANK"])
 torch.cuda.set_device(local_rank)
-dist.init_process_group("nccl")
+dist.init_process_group("nccl", device_id=torch.device("cuda", local_rank))  # eager init, as torchtitan does
 rank, world = dist.get_rank(), dist.get_world_size()
 mesh = init_device_mesh("cuda", (args.dp, world // args.dp), mesh_dim_names=("dp", "tp"))
 
