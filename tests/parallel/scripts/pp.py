@@ -70,5 +70,7 @@ for step in range(tm.STEPS):
     opt.zero_grad()
     dist.broadcast(loss, src=world - 1)
     losses.append(loss.item())
+    if rank == 0:
+        print(f"step {step} loss {losses[-1]:.6f}", flush=True)
 tm.record(args.out, losses, model, rank, world)
 dist.destroy_process_group()

@@ -155,6 +155,8 @@ def train(model: nn.Module, device, part=lambda t: t, group=None, loss_context=c
         opt.step()
         opt.zero_grad()
         losses.append(mean_over(loss, group))
+        if int(os.environ.get("RANK", 0)) == 0:
+            print(f"step {step} loss {losses[-1]:.6f}", flush=True)
     return losses
 
 
