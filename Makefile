@@ -26,7 +26,7 @@ zoo:
 frameworks:
 	$(PY) -m pytest -q -m frameworks
 # the parallelism corpus (FSDP2, TP/SP, 2-D, HSDP, PP, DDP, compile; tests/parallel) through hal run on
-# cpu and emu, each case against one process (about 8 minutes on 2 cores): docs/parallel.md
+# cpu and emu, each case against one process (about 12 minutes on 2 cores): docs/parallel.md
 parallel:
 	$(PY) tests/parallel/check_parallel.py
 # the timm recipe of tests/frameworks with timm itself, in .venv-timm (PyPI's CUDA torch + torchvision,
