@@ -1,5 +1,5 @@
 PY ?= python3
-.PHONY: setup demo test bench gpu-check corpus-cuda-torch zoo chaos frameworks frameworks-timm reshard
+.PHONY: setup demo test bench gpu-check corpus-cuda-torch zoo chaos frameworks frameworks-timm reshard parallel
 setup:
 	bash scripts/setup.sh
 # the main job on the embedded defaults
@@ -25,6 +25,10 @@ zoo:
 # (2 ranks, every backend) through hal run: not in make test
 frameworks:
 	$(PY) -m pytest -q -m frameworks
+# the parallelism corpus (FSDP2, TP/SP, 2-D, HSDP, PP, DDP, compile; tests/parallel) through hal run on
+# cpu and emu, each case against one process (about 12 minutes on 2 cores): docs/parallel.md
+parallel:
+	$(PY) tests/parallel/check_parallel.py
 # the timm recipe of tests/frameworks with timm itself, in .venv-timm (PyPI's CUDA torch + torchvision,
 # about 5.5 GB: not in CI), through hal run on cpu and emu
 frameworks-timm:

@@ -44,6 +44,7 @@ its torch integration at the op level (ATen)
 ``csrc/aten_trace.cpp``,        the op trace: every op that reaches the device
 ``_trace.py``                   (``op_coverage trace``)
 ``_ccl.py``                     ``emuccl``, the out-of-tree c10d backend (gloo on the same bytes)
+``_compile_rng.py``             torch.compile's RNG operators (activation checkpointing) on emu
 ``csrc/python_module.cpp``,     ``hal_emu_C``, Python's view of the C++ half, and the C++
 ``csrc/emu.h``                  interface between the files of ``csrc/``
 hal's side

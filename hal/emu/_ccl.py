@@ -34,6 +34,17 @@ def _host2(lists):
     return [[unwrap(t) for t in ts] for ts in lists]
 
 
+class _Gloo(dist.ProcessGroupGloo):
+    """The gloo an emuccl group runs on, saying that it cannot split: c10d splits a bound group's
+    backend for every ``new_group`` (ranks outside the new group call ``perform_nocolor_split``,
+    which gloo lacks), and a split would bypass the emuccl group.  Groups are made by emuccl's
+    creator instead (``split_group``: :func:`hal.dist.register.split_python_groups`)."""
+
+    @property
+    def supports_splitting(self):
+        return False
+
+
 class EmuCCL(dist.ProcessGroup):
     """A c10d process group for ``emu`` (and host) tensors; every collective runs in gloo.
 
@@ -43,9 +54,7 @@ class EmuCCL(dist.ProcessGroup):
 
     def __init__(self, store, rank: int, size: int, timeout):
         super().__init__(rank, size)
-        from torch.distributed import ProcessGroupGloo
-
-        self._gloo = ProcessGroupGloo(store, rank, size, timeout)
+        self._gloo = _Gloo(store, rank, size, timeout)
         # c10d reads a group's name, its ``_get_backend(device)`` and its device binding
         # (``init_process_group(device_id=...)``, DeviceMesh, FSDP2, DTensor) from the backends
         # registered on the group; a Python group has none of its own: register the gloo it runs

@@ -84,6 +84,8 @@ def install() -> None:
         from hal.emu import _dispatch, _ipc, _module
 
         torch._register_device_module(DEVICE_TYPE, _module)
+        from hal.emu import _compile_rng
+        _compile_rng.install(DEVICE_TYPE, _module)
         sys.modules.setdefault(f"torch.{DEVICE_TYPE}", _module)
         if not hasattr(torch.Tensor, DEVICE_TYPE):
             torch.utils.generate_methods_for_privateuse1_backend(for_storage=True)

@@ -15,7 +15,7 @@ from typing import Optional
 
 import torch
 
-from hal.redirect._core import Redirection
+from hal.redirect._core import Redirection, is_cuda_like
 from hal.redirect._devices import is_wrapped, marked
 from hal.util.frames import from_inside
 
@@ -31,10 +31,11 @@ DEVICE_TYPE_CALLS = (
     ("torch", "set_autocast_dtype", 0, "device_type", False),
     ("torch", "set_autocast_enabled", 0, "device_type", False),
 )
-#: calls left alone on the cpu backend: the CPU generator they would fork or set is the
-#: device's own, which torch forks and sets anyway (``torch.cpu`` has no RNG functions);
-#: ``fork_rng`` there forks no CUDA device (``devices=[]``)
-CPU_KEEPS = ("fork_rng", "set_device_states")
+#: calls left alone on the cpu backend: the CPU generator they would set is the device's own,
+#: which torch sets anyway (``torch.cpu`` has no RNG functions)
+CPU_KEEPS = ("set_device_states",)
+#: calls with a wrapper of their own (:func:`_install_fork_rng`: its device list is mapped too)
+OWN_WRAPPER = ("fork_rng",)
 #: the modules a script reaches those calls from (the same function objects, re-exported)
 RE_EXPORTS = ("torch.distributed", "torch.distributed.tensor", "torch.amp", "torch")
 
@@ -84,7 +85,7 @@ def install(t: Redirection) -> None:
             owner = importlib.import_module(modname)
         except ImportError:  # a torch built without distributed
             continue
-        if t.device_type == "cpu" and attr in CPU_KEEPS:
+        if attr in OWN_WRAPPER or (t.device_type == "cpu" and attr in CPU_KEEPS):
             continue
         cls_name, _, meth = attr.rpartition(".")
         if cls_name:
@@ -102,16 +103,25 @@ def install(t: Redirection) -> None:
             if mod.__name__ != modname and getattr(mod, attr, None) is orig:
                 t.patch(mod, attr, wrapper)
     _install_get_device_module(t)
-    if t.device_type == "cpu":
-        _install_cpu_fork_rng(t)
+    _install_fork_rng(t)
 
 
-def _install_cpu_fork_rng(t: Redirection) -> None:
+def _install_fork_rng(t: Redirection) -> None:
+    """``fork_rng(devices=..., device_type="cuda")`` forks the backend's generators: its device
+    type and the devices standing in for the CUDA ones listed (torch.distributed.pipelining forks
+    its stages' ``torch.device("cuda", i)`` this way).  On the cpu backend it forks no device
+    (``devices=[]``): the CPU generator is the device's, and torch forks it anyway."""
     orig = torch.random.fork_rng
 
-    def fork_rng(devices=None, enabled=True, _caller="fork_rng", _devices_kw="devices", device_type="cuda"):
-        if _is_cuda_type(device_type):  # the CPU generator is the device's: forked with devices=[]
-            devices = []
+    def fork_rng(devices=None, enabled=True, _caller="fork_rng", _devices_kw="devices", device_type=None):
+        if device_type is None or _is_cuda_type(device_type):
+            if t.device_type == "cpu":
+                devices = []
+            elif devices is not None:
+                devices = [t.device(d) if is_cuda_like(d) else d for d in devices]
+            if device_type is not None:
+                t.log.redirected(f"torch.random.fork_rng({device_type!r})", f"torch.random.fork_rng({t.device_type!r})")
+            device_type = t.device_type
         return orig(devices, enabled, _caller, _devices_kw, device_type)
 
     t.patch(torch.random, "fork_rng", marked(fork_rng, orig))

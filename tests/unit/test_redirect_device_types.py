@@ -68,6 +68,14 @@ def test_cuda_device_types_become_the_backends(backend):
             assert torch.is_autocast_enabled("cuda") and torch.get_autocast_dtype("cuda") == torch.bfloat16
         with torch.random.fork_rng(devices=[0], device_type="cuda"):
             torch.randn(2, device="cuda")
+        # torch.distributed.pipelining forks its stages' torch.device("cuda", i) objects
+        before = torch.randn(3, device="cuda")
+        torch.manual_seed(0)
+        with torch.random.fork_rng(devices=[torch.device("cuda", 0)], device_type="cuda"):
+            torch.randn(5, device="cuda")
+        after = torch.randn(3, device="cuda")
+        torch.manual_seed(0)
+        assert torch.equal(after, torch.randn(3, device="cuda")) and before.shape == after.shape
 
 
 def pinned_factories():
