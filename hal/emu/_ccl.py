@@ -8,8 +8,11 @@ gloo on CPU views of the emulated tensors' bytes — in place, without copies.
 """
 from __future__ import annotations
 
+import sys
+
 import torch
 import torch.distributed as dist
+from torch.distributed import ProcessGroupGloo
 
 from hal.emu._device import DEVICE_TYPE
 
@@ -34,6 +37,26 @@ def _host2(lists):
     return [[unwrap(t) for t in ts] for ts in lists]
 
 
+class _Gloo(ProcessGroupGloo):
+    """The gloo an ``emuccl`` group runs on, as c10d sees it through ``_get_backend(device)``.
+
+    ``split_group`` (and so ``DeviceMesh`` after ``init_process_group(device_id=...)``) deep-copies
+    the parent backend's ``options`` before splitting; gloo's options cannot be copied (torch
+    2.13: ``TypeError: cannot pickle '_Options' object``).  An ``emuccl`` split ignores them
+    (:meth:`EmuCCL.split_group`), so this gloo reports none.  And on a bound default group,
+    ``new_group`` asks the ranks outside the new group to take part in a communicator split
+    (``perform_nocolor_split``, which gloo lacks: ``AttributeError``); gloo builds each group
+    from the store alone, so they have nothing to do.
+    """
+
+    @property
+    def options(self):
+        return None
+
+    def perform_nocolor_split(self, device):
+        return None
+
+
 class EmuCCL(dist.ProcessGroup):
     """A c10d process group for ``emu`` (and host) tensors; every collective runs in gloo.
 
@@ -41,11 +64,12 @@ class EmuCCL(dist.ProcessGroup):
     itself), so one ``emuccl`` group serves both ``emu`` and ``cpu`` tensors.
     """
 
-    def __init__(self, store, rank: int, size: int, timeout):
+    def __init__(self, store, rank: int, size: int, timeout, device_id=None):
         super().__init__(rank, size)
-        from torch.distributed import ProcessGroupGloo
-
-        self._gloo = ProcessGroupGloo(store, rank, size, timeout)
+        self._store, self._timeout = store, timeout
+        self._gloo = _Gloo(store, rank, size, timeout)
+        if device_id is not None:
+            self.bound_device_id = device_id
         # c10d reads a group's name, its ``_get_backend(device)`` and its device binding
         # (``init_process_group(device_id=...)``, DeviceMesh, FSDP2, DTensor) from the backends
         # registered on the group; a Python group has none of its own: register the gloo it runs
@@ -57,6 +81,27 @@ class EmuCCL(dist.ProcessGroup):
 
     def getBackendName(self):  # noqa: N802 - c10d's name
         return NAME
+
+    def get_group_store(self):
+        """The store this group's ranks met on (``split_group`` registers the child with it)."""
+        return self._store
+
+    def split_group(self, ranks, timeout=None, opts=None, group_name=None, group_desc=None,
+                    device_types=None):
+        """The ``emuccl`` group of parent ranks ``ranks`` (this rank's part of
+        ``torch.distributed.split_group``), or None when this rank is not among them.
+
+        Every member calls it with the same sorted ``ranks`` and ``group_name``, which
+        prefixes the child's keys in this group's store.
+        """
+        if self.rank() not in ranks:
+            return None
+        child = EmuCCL(dist.PrefixStore(f"split/{group_name}", self._store), ranks.index(self.rank()),
+                       len(ranks), timeout or self._timeout, self.bound_device_id)
+        child._set_group_name(group_name)
+        if group_desc:
+            child._set_group_desc(group_desc)
+        return child
 
     def allreduce(self, tensors, opts=None):
         return self._gloo.allreduce(_host(tensors), opts or dist.AllreduceOptions())
@@ -155,8 +200,27 @@ def _one_after_another(calls):
     return work
 
 
+def _requested_device():
+    """The ``device_id`` torch is building this group for.
+
+    torch 2.13 binds the group it builds to ``init_process_group(device_id=...)`` (or, for
+    ``new_group``, to the default group's device), then replaces that group by the backend
+    when the backend is a Python ``ProcessGroup``, as ``emuccl`` is: the binding would be lost,
+    and with it ``split_group``, ``barrier()``'s device and DeviceMesh's splitting.  The
+    creator is not given the device, so it is read from torch's group constructor
+    (``_new_process_group_helper``) on the stack; None where that frame is not found.
+    """
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name == "_new_process_group_helper":
+            device = frame.f_locals.get("device_id")
+            return device if isinstance(device, torch.device) else None
+        frame = frame.f_back
+    return None
+
+
 def _create(opts, pg_options=None):
-    return EmuCCL(opts.store, opts.group_rank, opts.group_size, opts.timeout)
+    return EmuCCL(opts.store, opts.group_rank, opts.group_size, opts.timeout, _requested_device())
 
 
 def c10d_entry() -> dict:
