@@ -17,12 +17,18 @@ from torch.distributed import ProcessGroupGloo
 from hal.emu._device import DEVICE_TYPE
 
 
+_alias = None
+
+
 def unwrap(t):
     """A CPU tensor over the bytes of emu tensor ``t`` (no copy; keeps them alive while gloo
     works); host tensors are passed as they are."""
+    global _alias
     if t.device.type == DEVICE_TYPE:
-        from hal.emu._module import _C
-        return _C.cpu_alias(t)
+        if _alias is None:
+            from hal.emu._module import _C
+            _alias = _C.cpu_alias
+        return _alias(t)
     return t
 
 
@@ -120,11 +126,13 @@ class EmuCCL(dist.ProcessGroup):
                                     opts or dist.AllgatherOptions())
 
     def _allgather_base(self, output, input, opts=None):
-        # NCCL (and so torch's own callers, e.g. SyncBatchNorm) accept any contiguous output
-        # of world_size * input.numel() elements; gloo wants one slice per rank: give it views
-        out = unwrap(output).view(-1).chunk(self.size())
-        inp = unwrap(input)
-        return self._gloo.allgather([[o.view(inp.shape) for o in out]], [inp], opts or dist.AllgatherOptions())
+        out, inp = unwrap(output), unwrap(input)
+        opts = opts or dist.AllgatherOptions()
+        if out.dim() == inp.dim() >= 1 and out.shape[1:] == inp.shape[1:] and out.shape[0] == inp.shape[0] * self.size():
+            return self._gloo._allgather_base(out, inp, opts)  # the layout gloo takes as it is
+        # NCCL (and so torch's own callers, e.g. SyncBatchNorm) accept any contiguous output of
+        # world_size * input.numel() elements, stacked too; gloo wants one slice per rank: views
+        return self._gloo.allgather([[o.view(inp.shape) for o in out.view(-1).chunk(self.size())]], [inp], opts)
 
     def gather(self, output_tensors, input_tensors, opts=None):
         return self._gloo.gather(_host2(output_tensors), _host(input_tensors), opts or dist.GatherOptions())
