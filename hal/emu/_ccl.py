@@ -128,7 +128,8 @@ class EmuCCL(dist.ProcessGroup):
     def _allgather_base(self, output, input, opts=None):
         out, inp = unwrap(output), unwrap(input)
         opts = opts or dist.AllgatherOptions()
-        if out.dim() == inp.dim() >= 1 and out.shape[1:] == inp.shape[1:] and out.shape[0] == inp.shape[0] * self.size():
+        if inp.dim() == out.dim() and (inp.dim() == 1 or out.shape[1:] == inp.shape[1:]) \
+                and out.shape[0] == inp.shape[0] * self.size():
             return self._gloo._allgather_base(out, inp, opts)  # the layout gloo takes as it is
         # NCCL (and so torch's own callers, e.g. SyncBatchNorm) accept any contiguous output of
         # world_size * input.numel() elements, stacked too; gloo wants one slice per rank: views
@@ -154,14 +155,9 @@ class EmuCCL(dist.ProcessGroup):
 
     # the tensor-shaped collectives torch 2.13 calls on the group itself
     # (all_gather_into_tensor, reduce_scatter_tensor, all_to_all_single, their coalesced forms)
-    def all_gather_single(self, output, input, opts=None):
-        return self._allgather_base(output, input, opts)
-
-    def reduce_scatter_single(self, output, input, opts=None):
-        return self._reduce_scatter_base(output, input, opts)
-
-    def all_to_all_single(self, output, input, output_split_sizes, input_split_sizes, opts=None):
-        return self.alltoall_base(output, input, output_split_sizes, input_split_sizes, opts)
+    all_gather_single = _allgather_base
+    reduce_scatter_single = _reduce_scatter_base
+    all_to_all_single = alltoall_base
 
     def all_gather_single_coalesced(self, outputs, inputs, opts=None):
         return _one_after_another([lambda o=o, i=i: self._allgather_base(o, i, opts)
