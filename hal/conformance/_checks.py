@@ -36,6 +36,8 @@ class Context:
     candidate: object
     env: Dict[str, str]
     tmpdir: str
+    ccl_ops: Tuple[str, ...] = ()   # run only these ops of the ccl check (default: all)
+    ops: list = dataclasses.field(default_factory=list)  # the ccl check's per-op rows
 
     @property
     def backend(self):
@@ -240,7 +242,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def check_collectives(ctx: Context) -> str:
+def _two_ranks_possible(ctx: Context) -> None:
     import torch.distributed as dist
     if not dist.is_available():
         raise Skip("this torch build has no torch.distributed")
@@ -248,24 +250,42 @@ def check_collectives(ctx: Context) -> str:
     if not b.processes_share_devices() and b.device_count() < 2:
         raise Skip(f"2 ranks of {ctx.spec.dist_backend} need 2 devices; this machine shows "
                    f"{b.device_count()} (run the kit on a machine with 2 or more)")
-    env = {**ctx.env, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()), "WORLD_SIZE": "2"}
-    outs = [os.path.join(ctx.tmpdir, f"rank{r}.json") for r in range(2)]
-    procs = [subprocess.Popen([sys.executable, "-m", "hal.conformance._collective_worker", outs[r]],
+
+
+def _run_two_ranks(ctx: Context, module: str, outs, args=(), timeout: float = 180.0,
+                   extra_env: Optional[dict] = None) -> Tuple[bool, str]:
+    """Run ``python -m module OUT ARGS...`` as ranks 0 and 1.  Returns (hung, why): whether the
+    ranks were stopped at ``timeout``, and the first rank that exited badly with its last line."""
+    env = {**ctx.env, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()), "WORLD_SIZE": "2",
+           **(extra_env or {})}
+    procs = [subprocess.Popen([sys.executable, "-m", module, outs[r], *args],
                               env={**env, "RANK": str(r), "LOCAL_RANK": str(r)},
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
              for r in range(2)]
     errs = []
     for p in procs:
         try:
-            errs.append(p.communicate(timeout=180)[1])
+            errs.append(p.communicate(timeout=timeout)[1])
         except subprocess.TimeoutExpired:
             for q in procs:
                 q.kill()
-            raise Fail("collectives at 2 ranks did not finish within 180 s (a hung collective)")
+                q.communicate()
+            return True, ""
     for r, (p, err) in enumerate(zip(procs, errs)):
         if p.returncode != 0:
             last = [ln for ln in err.strip().splitlines() if ln.strip()][-1:] or ["no output"]
-            raise Fail(f"rank {r} exited with {p.returncode}: {last[0][:300]}")
+            return False, f"rank {r} exited with {p.returncode}: {last[0][:300]}"
+    return False, ""
+
+
+def check_collectives(ctx: Context) -> str:
+    _two_ranks_possible(ctx)
+    outs = [os.path.join(ctx.tmpdir, f"rank{r}.json") for r in range(2)]
+    hung, died = _run_two_ranks(ctx, "hal.conformance._collective_worker", outs)
+    if hung:
+        raise Fail("collectives at 2 ranks did not finish within 180 s (a hung collective)")
+    if died:
+        raise Fail(died)
     res = []
     for o in outs:
         with open(o) as f:
@@ -285,6 +305,55 @@ def check_collectives(ctx: Context) -> str:
         if r.get("c10d", {}).get("new_group", {}).get("value") != 2.0:
             raise Fail(f"all_reduce over new_group on rank {r['rank']} gave {r['c10d']['new_group']['value']}, expected 2.0")
     return f"all_reduce, broadcast, all_gather, barrier, group name, _get_backend, new_group over {res[0]['backend']}"
+
+
+def check_ccl_ops(ctx: Context) -> str:
+    """Every op of :data:`hal.conformance._ccl_ops.CCL_OPS` at 2 ranks, compared with gloo."""
+    from hal.conformance._ccl_ops import CCL_OPS
+    from hal.conformance._ccl_worker import ENV_OP_TIMEOUT
+
+    _two_ranks_possible(ctx)
+    outs = [os.path.join(ctx.tmpdir, f"ccl{r}.jsonl") for r in range(2)]
+    ids = [o[0] for o in CCL_OPS if not ctx.ccl_ops or o[0] in ctx.ccl_ops]
+    op_timeout = float(ctx.env.get(ENV_OP_TIMEOUT, "60"))
+    limit = 120 + op_timeout * len(ids) / 2
+    hung, died = _run_two_ranks(ctx, "hal.conformance._ccl_worker", outs, [",".join(ids)], timeout=limit,
+                                extra_env={ENV_OP_TIMEOUT: str(op_timeout)})
+    seen = []
+    for o in outs:
+        rows = []
+        if os.path.exists(o):
+            with open(o) as f:
+                rows = [json.loads(line) for line in f if line.strip()][1:]
+        seen.append({r["id"]: r for r in rows})
+    ctx.ops = ops = []
+    used = {o[0]: o[1] for o in CCL_OPS}
+    for oid in ids:
+        per_rank = [s.get(oid) for s in seen]
+        bad = next((r for r in per_rank if r is not None and r["status"] == "failed"), None)
+        if bad is not None:
+            rank = per_rank.index(bad)
+            row = {"status": "failed", "error": f"rank {rank}: {bad['error']}"}
+        elif any(r is None for r in per_rank):
+            row = {"status": "failed", "error": f"did not finish within {limit:.0f} s: the ranks were stopped"
+                   if hung else f"did not finish: {died or 'a rank stopped before it'}"}
+        elif any(r["status"] == "skipped" for r in per_rank):
+            row = {"status": "skipped", "error": next(r["error"] for r in per_rank if r["status"] == "skipped")}
+        else:
+            row = {"status": "ok", "error": ""}
+        note = next((r.get("note") for r in per_rank if r and r.get("note")), "")
+        ops.append({"id": oid, "used_by": used[oid], **row, **({"note": note} if note else {})})
+        if row["error"].startswith("did not finish"):
+            break  # the first op that did not finish is the one that hung or crashed; the rest never ran
+    failed = [o for o in ops if o["status"] == "failed"]
+    if died and not failed:
+        raise Fail(f"every op agrees with gloo, but {died}")
+    if failed:
+        raise Fail(f"{len(failed)} of {len(ids)} ops fail against gloo: "
+                   + "; ".join(f"{o['id']}: {o['error']}" for o in failed))
+    skipped = [o["id"] for o in ops if o["status"] == "skipped"]
+    return (f"{len(ops) - len(skipped)} of {len(ids)} ops agree with gloo"
+            + (f" ({', '.join(skipped)} skipped: see ops)" if skipped else ""))
 
 
 def check_op_profile(ctx: Context) -> str:
@@ -324,5 +393,6 @@ CHECKS: Tuple[Tuple[str, str, Callable[[Context], Optional[str]]], ...] = (
     ("autocast", "autocast dtype", check_autocast),
     ("checkpoint", "checkpoint round trip (model, optimizer, RNG)", check_checkpoint_round_trip),
     ("collectives", "collectives at 2 ranks", check_collectives),
+    ("ccl", "every c10d op a CCL must serve, against gloo, at 2 ranks", check_ccl_ops),
     ("op_profile", "op profile consistency (hal probe)", check_op_profile),
 )

@@ -9,7 +9,6 @@ of that first, so registration is all-or-nothing and idempotent.
 """
 from __future__ import annotations
 
-import functools
 import re
 from typing import Callable, Iterable, List, Union
 
@@ -88,7 +87,6 @@ def register_c10d_backend(name: str, creator: Callable, devices: Union[str, Iter
                             f"{owner!r}; a device type has one default collective library")
     dist.Backend.register_backend(key, creator, extended_api=extended_api, devices=devs)
     _registered[key] = (creator, tuple(devs), bool(extended_api))
-    split_python_groups()
     return key
 
 
@@ -110,44 +108,3 @@ def restore_device_binding(device_id) -> None:
     pg = dist.distributed_c10d._get_default_group()
     if getattr(pg, "bound_device_id", None) is None:
         pg.bound_device_id = device_id
-
-
-def split_python_groups() -> None:
-    """Let ``torch.distributed.split_group`` split a group whose backend is a Python ``ProcessGroup``.
-
-    ``DeviceMesh`` builds its dimensions' groups with ``split_group`` once the default group is
-    bound to a device (``init_process_group(device_id=...)``); torch 2.13's ``split_group``
-    deep-copies the parent backend's options first, which gloo's (what a Python CCL such as
-    ``emuccl`` registers) cannot be, and would then split the C++ backends underneath the
-    Python group.  For such a default group the split is made as ``DeviceMesh`` makes it on an
-    unbound group: one ``new_group`` per split, called on every rank in the same order (the
-    groups are the CCL's own, built by its creator), bound to the default group's device.
-    Other groups split as torch splits them.  Installed once, when an out-of-tree CCL is
-    registered through :func:`register_c10d_backend`.
-    """
-    from torch.distributed import device_mesh, distributed_c10d
-
-    orig = distributed_c10d.split_group
-    if getattr(orig, "__hal_split__", False):
-        return
-
-    @functools.wraps(orig)
-    def split_group(parent_pg=None, split_ranks=None, timeout=None, pg_options=None, group_desc=None,
-                    backend=None):
-        default = distributed_c10d._get_default_group() if dist.is_initialized() else None
-        if (default is None or parent_pg not in (None, default) or type(default) is dist.ProcessGroup
-                or backend is not None or not split_ranks):
-            return orig(parent_pg, split_ranks, timeout, pg_options, group_desc, backend)
-        mine = None
-        for ranks in split_ranks:
-            group = dist.new_group(sorted(ranks), timeout=timeout, pg_options=pg_options, group_desc=group_desc)
-            if dist.get_rank() in ranks:
-                mine = group
-        if mine is not None and getattr(mine, "bound_device_id", None) is None:
-            mine.bound_device_id = default.bound_device_id
-        return mine
-
-    split_group.__hal_split__ = True
-    for owner in (distributed_c10d, dist, device_mesh):
-        if getattr(owner, "split_group", None) is orig:
-            setattr(owner, "split_group", split_group)

@@ -8,18 +8,27 @@ gloo on CPU views of the emulated tensors' bytes — in place, without copies.
 """
 from __future__ import annotations
 
+import sys
+
 import torch
 import torch.distributed as dist
+from torch.distributed import ProcessGroupGloo
 
 from hal.emu._device import DEVICE_TYPE
+
+
+_alias = None
 
 
 def unwrap(t):
     """A CPU tensor over the bytes of emu tensor ``t`` (no copy; keeps them alive while gloo
     works); host tensors are passed as they are."""
+    global _alias
     if t.device.type == DEVICE_TYPE:
-        from hal.emu._module import _C
-        return _C.cpu_alias(t)
+        if _alias is None:
+            from hal.emu._module import _C
+            _alias = _C.cpu_alias
+        return _alias(t)
     return t
 
 
@@ -34,15 +43,24 @@ def _host2(lists):
     return [[unwrap(t) for t in ts] for ts in lists]
 
 
-class _Gloo(dist.ProcessGroupGloo):
-    """The gloo an emuccl group runs on, saying that it cannot split: c10d splits a bound group's
-    backend for every ``new_group`` (ranks outside the new group call ``perform_nocolor_split``,
-    which gloo lacks), and a split would bypass the emuccl group.  Groups are made by emuccl's
-    creator instead (``split_group``: :func:`hal.dist.register.split_python_groups`)."""
+class _Gloo(ProcessGroupGloo):
+    """The gloo an ``emuccl`` group runs on, as c10d sees it through ``_get_backend(device)``.
+
+    ``split_group`` (and so ``DeviceMesh`` after ``init_process_group(device_id=...)``) deep-copies
+    the parent backend's ``options`` before splitting; gloo's options cannot be copied (torch
+    2.13: ``TypeError: cannot pickle '_Options' object``).  An ``emuccl`` split ignores them
+    (:meth:`EmuCCL.split_group`), so this gloo reports none.  And on a bound default group,
+    ``new_group`` asks the ranks outside the new group to take part in a communicator split
+    (``perform_nocolor_split``, which gloo lacks: ``AttributeError``); gloo builds each group
+    from the store alone, so they have nothing to do.
+    """
 
     @property
-    def supports_splitting(self):
-        return False
+    def options(self):
+        return None
+
+    def perform_nocolor_split(self, device):
+        return None
 
 
 class EmuCCL(dist.ProcessGroup):
@@ -52,9 +70,12 @@ class EmuCCL(dist.ProcessGroup):
     itself), so one ``emuccl`` group serves both ``emu`` and ``cpu`` tensors.
     """
 
-    def __init__(self, store, rank: int, size: int, timeout):
+    def __init__(self, store, rank: int, size: int, timeout, device_id=None):
         super().__init__(rank, size)
+        self._store, self._timeout = store, timeout
         self._gloo = _Gloo(store, rank, size, timeout)
+        if device_id is not None:
+            self.bound_device_id = device_id
         # c10d reads a group's name, its ``_get_backend(device)`` and its device binding
         # (``init_process_group(device_id=...)``, DeviceMesh, FSDP2, DTensor) from the backends
         # registered on the group; a Python group has none of its own: register the gloo it runs
@@ -66,6 +87,27 @@ class EmuCCL(dist.ProcessGroup):
 
     def getBackendName(self):  # noqa: N802 - c10d's name
         return NAME
+
+    def get_group_store(self):
+        """The store this group's ranks met on (``split_group`` registers the child with it)."""
+        return self._store
+
+    def split_group(self, ranks, timeout=None, opts=None, group_name=None, group_desc=None,
+                    device_types=None):
+        """The ``emuccl`` group of parent ranks ``ranks`` (this rank's part of
+        ``torch.distributed.split_group``), or None when this rank is not among them.
+
+        Every member calls it with the same sorted ``ranks`` and ``group_name``, which
+        prefixes the child's keys in this group's store.
+        """
+        if self.rank() not in ranks:
+            return None
+        child = EmuCCL(dist.PrefixStore(f"split/{group_name}", self._store), ranks.index(self.rank()),
+                       len(ranks), timeout or self._timeout, self.bound_device_id)
+        child._set_group_name(group_name)
+        if group_desc:
+            child._set_group_desc(group_desc)
+        return child
 
     def allreduce(self, tensors, opts=None):
         return self._gloo.allreduce(_host(tensors), opts or dist.AllreduceOptions())
@@ -84,11 +126,14 @@ class EmuCCL(dist.ProcessGroup):
                                     opts or dist.AllgatherOptions())
 
     def _allgather_base(self, output, input, opts=None):
-        # NCCL (and so torch's own callers, e.g. SyncBatchNorm) accept any contiguous output
-        # of world_size * input.numel() elements; gloo wants one slice per rank: give it views
-        out = unwrap(output).view(-1).chunk(self.size())
-        inp = unwrap(input)
-        return self._gloo.allgather([[o.view(inp.shape) for o in out]], [inp], opts or dist.AllgatherOptions())
+        out, inp = unwrap(output), unwrap(input)
+        opts = opts or dist.AllgatherOptions()
+        if inp.dim() == out.dim() and (inp.dim() == 1 or out.shape[1:] == inp.shape[1:]) \
+                and out.shape[0] == inp.shape[0] * self.size():
+            return self._gloo._allgather_base(out, inp, opts)  # the layout gloo takes as it is
+        # NCCL (and so torch's own callers, e.g. SyncBatchNorm) accept any contiguous output of
+        # world_size * input.numel() elements, stacked too; gloo wants one slice per rank: views
+        return self._gloo.allgather([[o.view(inp.shape) for o in out.view(-1).chunk(self.size())]], [inp], opts)
 
     def gather(self, output_tensors, input_tensors, opts=None):
         return self._gloo.gather(_host2(output_tensors), _host(input_tensors), opts or dist.GatherOptions())
@@ -110,14 +155,9 @@ class EmuCCL(dist.ProcessGroup):
 
     # the tensor-shaped collectives torch 2.13 calls on the group itself
     # (all_gather_into_tensor, reduce_scatter_tensor, all_to_all_single, their coalesced forms)
-    def all_gather_single(self, output, input, opts=None):
-        return self._allgather_base(output, input, opts)
-
-    def reduce_scatter_single(self, output, input, opts=None):
-        return self._reduce_scatter_base(output, input, opts)
-
-    def all_to_all_single(self, output, input, output_split_sizes, input_split_sizes, opts=None):
-        return self.alltoall_base(output, input, output_split_sizes, input_split_sizes, opts)
+    all_gather_single = _allgather_base
+    reduce_scatter_single = _reduce_scatter_base
+    all_to_all_single = alltoall_base
 
     def all_gather_single_coalesced(self, outputs, inputs, opts=None):
         return _one_after_another([lambda o=o, i=i: self._allgather_base(o, i, opts)
@@ -164,8 +204,27 @@ def _one_after_another(calls):
     return work
 
 
+def _requested_device():
+    """The ``device_id`` torch is building this group for.
+
+    torch 2.13 binds the group it builds to ``init_process_group(device_id=...)`` (or, for
+    ``new_group``, to the default group's device), then replaces that group by the backend
+    when the backend is a Python ``ProcessGroup``, as ``emuccl`` is: the binding would be lost,
+    and with it ``split_group``, ``barrier()``'s device and DeviceMesh's splitting.  The
+    creator is not given the device, so it is read from torch's group constructor
+    (``_new_process_group_helper``) on the stack; None where that frame is not found.
+    """
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name == "_new_process_group_helper":
+            device = frame.f_locals.get("device_id")
+            return device if isinstance(device, torch.device) else None
+        frame = frame.f_back
+    return None
+
+
 def _create(opts, pg_options=None):
-    return EmuCCL(opts.store, opts.group_rank, opts.group_size, opts.timeout)
+    return EmuCCL(opts.store, opts.group_rank, opts.group_size, opts.timeout, _requested_device())
 
 
 def c10d_entry() -> dict:

@@ -41,5 +41,6 @@ from hal.redirect._log import RedirectLog
 from hal.redirect._run import run_script
 from hal.redirect._core import Redirection
 from hal.redirect._enable import enable
+from hal.redirect._compile import inductor_supports
 
-__all__ = ["Redirection", "RedirectLog", "enable", "run_script"]
+__all__ = ["Redirection", "RedirectLog", "enable", "inductor_supports", "run_script"]
