@@ -4,7 +4,8 @@ from hal.conformance import run_conformance
 
 
 def test_backend_passes_the_conformance_kit(hal_backend):
-    report = run_conformance(hal_backend.name)
+    # the ccl check's op list on cpu and the emulator: tests/dist/test_ccl_conformance.py
+    report = run_conformance(hal_backend.name, skip=("ccl",) if hal_backend.device_type in ("cpu", "emu") else ())
     failures = [f"{r['id']}: {r['reason']}" for r in report["checks"] if r["status"] == "fail"]
     assert failures == []
     assert report["verdict"] == "pass"

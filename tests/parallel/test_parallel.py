@@ -1,7 +1,8 @@
 """The parallelism corpus (tests/parallel/manifest.json) through `hal run` on cpu (gloo) and on the
 emulator (emuccl): every case's losses and gathered parameters against one process on the whole
-batch.  The default run holds the cases marked ``default`` (FSDP2 at 2 ranks; TP with sequence and loss
-parallel inside FSDP2 on a 2 x 2 mesh, eagerly initialised); the whole matrix is behind
+batch.  The default run holds the cases marked ``default`` (TP with sequence and loss parallel inside
+FSDP2 on a 2 x 2 mesh, eagerly initialised: FSDP2 at 2 ranks alone is in
+tests/dist/test_hal_run_c10d_parts.py); the whole matrix is behind
 ``-m parallel`` (make parallel)."""
 import pytest
 
