@@ -116,7 +116,7 @@ def main(argv=None) -> int:
     for k, label in (("cpu", "cpu/gloo (baseline)"), ("emu", "emu/emuccl")):
         m, lo, hi = report["step_s"][k]
         tail = "" if k == "cpu" else "   ratio {:.2f}x ({:.2f}-{:.2f})".format(*report["ratio"])
-        print(f"  {label:22} {names[k]:18} {m * 1e3:9.1f} ms ({lo * 1e3:.1f}-{hi * 1e3:.1f}){tail}")
+        print(f"  {label:22} {names[k]:22} {m * 1e3:9.1f} ms ({lo * 1e3:.1f}-{hi * 1e3:.1f}){tail}")
     print(f"  largest loss difference emu vs cpu over all steps: {loss_diff:.2e}")
     return 0
 
