@@ -91,7 +91,9 @@ class Checkpointer:
     A model with DTensor parameters (FSDP2 ``fully_shard``, tensor parallel, 2-D meshes) is
     saved through ``torch.distributed.checkpoint`` (``dcp.async_save`` when asynchronous):
     each rank writes its shards, and ``resume()`` reshards them to the layout and world
-    size of the job now.  Under torchrun, ``resume()`` logs
+    size of the job now.  With async saving, each rank keeps the host copy of its shards
+    between saves (one copy of its shards in host memory, freed by ``close()``), so a save
+    copies into memory already allocated instead of allocating it again.  Under torchrun, ``resume()`` logs
     why the group restarted, one line per event (logger ``hal.checkpoint``), from the
     records ranks leave when they fail inside ``with saver:``.
 
@@ -127,6 +129,7 @@ class Checkpointer:
         self.last_step: Optional[int] = None
         self._thread: Optional[threading.Thread] = None
         self._error: Optional[BaseException] = None
+        self._stage = _dcp.HostStage()
 
     # -- saving -------------------------------------------------------------------------
     def _data(self, epoch: Optional[int]) -> Optional[dict]:
@@ -187,8 +190,8 @@ class Checkpointer:
         if snap.sharded is not None and self.async_save:
             # DCP stages the shards to host memory now; its thread writes them, ours commits
             step_dir, failure = open_step(self.dir, snap, group)
-            pending = _dcp.start(step_dir, snap.sharded, snap.rank, group, async_save=True) \
-                if failure is None else None
+            pending = _dcp.start(step_dir, snap.sharded, snap.rank, group, async_save=True,
+                                 stage=self._stage) if failure is None else None
             snap.sharded = None
             self._thread = threading.Thread(target=self._commit, args=(step_dir, snap, group, failure, pending),
                                             name=f"hal-checkpoint-{step}", daemon=False)
@@ -364,8 +367,11 @@ class Checkpointer:
         return latest(self.dir)
 
     def close(self) -> None:
-        """Wait for the pending write."""
-        self.wait()
+        """Wait for the pending write; free the host copy of the shards kept for async saves."""
+        try:
+            self.wait()
+        finally:
+            self._stage.release()
 
     def __enter__(self):
         return self

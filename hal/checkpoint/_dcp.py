@@ -14,6 +14,7 @@ the save is refused before any of its pickles is read.
 from __future__ import annotations
 
 import contextlib
+import copy
 import os
 import warnings
 from concurrent.futures import Future
@@ -198,12 +199,98 @@ def own_files(folder: Path, rank: int) -> Dict[str, dict]:
     return out
 
 
-def start(step_dir: Path, st: dict, rank: int, group, async_save: bool) -> Pending:
+class HostStage:
+    """This rank's shards copied to host memory for an asynchronous save, into buffers kept between saves.
+
+    DCP's own staging (``FileSystemWriter.stage`` without ``cache_staged_state_dict``)
+    deep-copies every shard into new memory and then copies it once more, on every save;
+    its cached form pins memory, which a host without an accelerator refuses.  Here the
+    buffers (pinned when the shard lives on an accelerator that allows it) are allocated at
+    the first save and reused, so a save copies each shard once, into memory already
+    touched.  The caller must not stage again before DCP has written the previous copy
+    (``Checkpointer.save`` waits for the previous save first).  Holds one host copy of this
+    rank's shards until :meth:`release`.
+    """
+
+    def __init__(self):
+        self._buffers: Dict[tuple, torch.Tensor] = {}
+        self._devices: set = set()
+
+    def _buffer(self, path: tuple, t: torch.Tensor) -> torch.Tensor:
+        buf = self._buffers.get(path)
+        if buf is None or buf.shape != t.shape or buf.dtype != t.dtype:
+            buf = None
+            if t.device.type != "cpu":
+                try:
+                    buf = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
+                except RuntimeError:  # no pinned memory for this device: plain host memory
+                    buf = None
+            if buf is None:
+                buf = torch.empty(t.shape, dtype=t.dtype)
+            self._buffers[path] = buf
+        if t.device.type != "cpu":
+            self._devices.add(t.device)
+        buf.copy_(t.detach(), non_blocking=buf.is_pinned())
+        return buf
+
+    def _copy(self, obj, path: tuple):
+        dt = _dtensor_type()
+        if dt is not None and isinstance(obj, dt):
+            # the same global tensor and placements, its local shard now in host memory
+            return dt(self._buffer(path, obj.to_local()), obj._spec, requires_grad=False)
+        if isinstance(obj, torch.Tensor):
+            return self._buffer(path, obj)
+        if isinstance(obj, dict):
+            return {k: self._copy(v, path + (k,)) for k, v in obj.items()}
+        if isinstance(obj, (list, tuple)):
+            return type(obj)(self._copy(v, path + (i,)) for i, v in enumerate(obj))
+        return copy.deepcopy(obj)  # numbers, strings (param_groups): small, and training may change them
+
+    def stage(self, st: dict) -> dict:
+        """A copy of ``st`` whose tensors are this stage's host buffers, filled now."""
+        out = self._copy(st, ())
+        for dev in self._devices:
+            torch.get_device_module(dev.type).synchronize(dev)
+        self._devices.clear()
+        return out
+
+    def release(self) -> None:
+        """Drop the buffers (the next save allocates them again)."""
+        self._buffers.clear()
+
+    @property
+    def nbytes(self) -> int:
+        """Host memory the buffers hold."""
+        return sum(b.numel() * b.element_size() for b in self._buffers.values())
+
+
+def _staged_as_is():
+    """A DCP stager for a state already copied to host memory (by :class:`HostStage`)."""
+    from torch.distributed.checkpoint.staging import AsyncStager
+
+    class _AsIs(AsyncStager):
+        _synchronize_after_execute = False
+
+        def stage(self, state_dict):
+            return state_dict
+
+        def synchronize_staging(self) -> None:
+            pass
+
+        def close(self) -> None:
+            pass
+
+    return _AsIs()
+
+
+def start(step_dir: Path, st: dict, rank: int, group, async_save: bool,
+          stage: Optional[HostStage] = None) -> Pending:
     """Start DCP's save of ``st`` into ``step_dir/dcp`` (collective on ``group``).
 
-    With ``async_save`` the state is staged to host memory now (``dcp.async_save``) and the
-    files are written by DCP's thread; otherwise written before returning.  Errors are kept
-    in the returned :class:`Pending`, so every rank reaches the commit's gather.
+    With ``async_save`` the state is staged to host memory now (into ``stage``'s buffers,
+    or by ``dcp.async_save`` itself without one) and the files are written by DCP's thread;
+    otherwise written before returning.  Errors are kept in the returned :class:`Pending`,
+    so every rank reaches the commit's gather.
     """
     import torch.distributed.checkpoint as dcp
 
@@ -216,6 +303,9 @@ def start(step_dir: Path, st: dict, rank: int, group, async_save: bool) -> Pendi
                 dcp.save(st, **kw)
             return Pending(folder, rank)
         if async_save:
+            if stage is not None:
+                st = stage.stage(st)
+                kw["async_stager"] = _staged_as_is()
             fut = dcp.async_save(st, **kw)
             return Pending(folder, rank, future=getattr(fut, "upload_completion", fut))
         dcp.save(st, **kw)

@@ -220,8 +220,8 @@ def open_step(root, snap: Snapshot, group):
             root.mkdir(parents=True, exist_ok=True)
             if step_dir.exists():
                 _invalidate(step_dir)
-            step_dir.mkdir(exist_ok=True)
-            fsync_dir(root)
+            step_dir.mkdir(exist_ok=True)  # made durable by the commit (fsync of root), not here:
+            # under async saving this runs while the training loop waits
         except OSError as exc:
             failure = (0, exc.errno, f"cannot create {step_dir}: {_describe(exc)}")
     return step_dir, _dist.broadcast(failure, group)
@@ -288,6 +288,7 @@ def _commit_manifest(root: Path, step_dir: Path, snap: Snapshot, gathered) -> No
                 "files": files}
     if snap.sharded_info is not None:
         manifest["sharded"] = snap.sharded_info
+    fsync_dir(root)  # the step folder's own entry, created by open_step, before its manifest
     write_json(step_dir / MANIFEST, manifest, partial_point="manifest-partial")
     fsync_dir(step_dir)
     crash_point("manifest-committed")
