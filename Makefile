@@ -1,5 +1,5 @@
 PY ?= python3
-.PHONY: setup demo test bench gpu-check corpus-cuda-torch zoo chaos frameworks frameworks-timm reshard parallel
+.PHONY: setup demo test bench gpu-check corpus-cuda-torch zoo chaos frameworks frameworks-timm reshard parallel long
 setup:
 	bash scripts/setup.sh
 # the main job on the embedded defaults
@@ -42,3 +42,6 @@ reshard:
 # several seeds; about 10 minutes): docs/fault-tolerance.md
 chaos:
 	$(PY) scripts/chaos.py --seeds 2 --json chaos.json
+# tests kept out of make test for its 20-minute budget (a second OpInfo route, fault repeats, a trace timeout)
+long:
+	$(PY) -m pytest -q -m long

@@ -76,7 +76,8 @@ def _compare(op, got, ref):
     torch.testing.assert_close(got, ref, equal_nan=True, atol=1e-4, rtol=1e-4, check_device=False)
 
 
-@pytest.fixture(params=["host", "decomposition"])
+# the decomposition route walks the whole database again: make long (the default route is the host)
+@pytest.fixture(params=["host", pytest.param("decomposition", marks=pytest.mark.long)])
 def route(request):
     hal.emu.set_fallback_route(request.param)
     yield request.param

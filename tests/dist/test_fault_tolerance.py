@@ -56,6 +56,7 @@ def test_sigkill_of_one_rank(tmp_path, reference, rng):
     assert any("resumed at step" in line for line in measured["restart_lines"]), _context(job)
 
 
+@pytest.mark.long  # make long; make chaos runs hung ranks in its matrix too
 def test_hung_rank_fails_the_group_within_the_timeout_and_restarts(tmp_path, reference, rng):
     """A rank stuck outside any collective: the other one's all-reduce times out after
     --timeout seconds, its exception fails the group, torchrun restarts it."""
@@ -89,6 +90,7 @@ def test_disk_full_during_a_save_drops_that_checkpoint_and_training_goes_on(tmp_
     assert "saves in a row failed; training continues" in job.text()
 
 
+@pytest.mark.long  # make long; make chaos runs repeated faults too
 def test_two_faults_in_a_row(tmp_path, reference, rng):
     """SIGKILL of rank 1, then, in the restarted group, an exception on rank 0."""
     first = rng.randint(fi.EVERY + 2, 20)

@@ -182,6 +182,7 @@ def test_collectives_and_custom_ops_are_named_not_judged(tmp_path):
                for w in report["models"][0]["warnings"])
 
 
+@pytest.mark.long  # make long
 def test_scan_of_a_script_traces_it_then_judges_it_and_a_run_past_its_timeout_is_one_line(tmp_path):
     r = oc("scan", CORPUS / "mnist_cnn.py", "-t", "ascend,musa", "--steps", 1, "--json")
     report = json.loads(r.stdout)

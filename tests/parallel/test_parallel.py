@@ -1,8 +1,8 @@
 """The parallelism corpus (tests/parallel/manifest.json) through `hal run` on cpu (gloo) and on the
 emulator (emuccl): every case's losses and gathered parameters against one process on the whole
-batch.  The default run holds the cases marked ``default`` (TP with sequence and loss parallel inside
-FSDP2 on a 2 x 2 mesh, eagerly initialised: FSDP2 at 2 ranks alone is in
-tests/dist/test_hal_run_c10d_parts.py); the whole matrix is behind
+batch.  The default run holds the cases marked ``default`` on the emulator (TP with sequence and loss
+parallel inside FSDP2 on a 2 x 2 mesh, eagerly initialised; its cpu run is in make parallel, and
+FSDP2 at 2 ranks alone in tests/dist/test_hal_run_c10d_parts.py); the whole matrix is behind
 ``-m parallel`` (make parallel)."""
 import pytest
 
@@ -15,7 +15,7 @@ CASES = {c["name"]: c for c in MANIFEST["cases"]}
 
 def _params(default):
     return [pytest.param(name, backend, id=f"{name}-{backend}",
-                         marks=([] if default else [pytest.mark.parallel])
+                         marks=([] if default and backend == "emu" else [pytest.mark.parallel])
                          + ([pytest.mark.emu] if backend == "emu" else []))
             for name, c in CASES.items() if c["default"] == default for backend in check_parallel.BACKENDS]
 
