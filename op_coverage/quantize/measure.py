@@ -15,16 +15,28 @@ from pathlib import Path
 import numpy as np
 
 
+#: (resolved path, size, mtime) -> the external-data file names of that model file
+_EXTERNAL: dict = {}
+
+
 def model_bytes(path: Path) -> int:
-    """Bytes of the model file and of every external-data file it names."""
+    """Bytes of the model file and of every external-data file it names.
+
+    The names are read once per file version (path, size and modification time): one quantize run
+    asks for the same file's size up to three times, and each read parses the whole model.
+    """
     import onnx
 
     from op_coverage.onnx.load import _iter_tensors
-    m = onnx.load(str(path), load_external_data=False)
-    files = {dict((e.key, e.value) for e in t.external_data).get("location")
-             for t in _iter_tensors(m) if t.data_location == onnx.TensorProto.EXTERNAL}
-    return path.stat().st_size + sum((path.parent / f).stat().st_size for f in files
-                                     if f and (path.parent / f).is_file())
+    path = Path(path)
+    st = path.stat()
+    key = (str(path.resolve()), st.st_size, st.st_mtime_ns)
+    files = _EXTERNAL.get(key)
+    if files is None:
+        m = onnx.load(str(path), load_external_data=False)
+        files = _EXTERNAL[key] = {dict((e.key, e.value) for e in t.external_data).get("location")
+                                  for t in _iter_tensors(m) if t.data_location == onnx.TensorProto.EXTERNAL}
+    return st.st_size + sum((path.parent / f).stat().st_size for f in files if f and (path.parent / f).is_file())
 
 
 def session(path: Path):
@@ -66,8 +78,11 @@ def accuracy(name: str, want: np.ndarray, got: np.ndarray) -> OutputAccuracy:
     max_rel = max_abs / scale if scale > 0 else (0.0 if max_abs == 0 else float("inf"))
     cosine = top1 = None
     if np.issubdtype(want.dtype, np.floating) and w.size:
-        nw, ng = np.linalg.norm(w), np.linalg.norm(g)
-        cosine = float(w @ g / (nw * ng)) if nw > 0 and ng > 0 else (1.0 if nw == ng else 0.0)
+        # numpy's pairwise sums, not BLAS (np.linalg.norm, @): OpenBLAS splits a long dot product over
+        # its threads, which on a busy machine took 10-40 ms for 32k values (the threads' wake-up) and
+        # made the last bits depend on the core count; the sums take microseconds and do not.
+        nw, ng = np.sqrt(np.sum(w * w)), np.sqrt(np.sum(g * g))
+        cosine = float(np.sum(w * g) / (nw * ng)) if nw > 0 and ng > 0 else (1.0 if nw == ng else 0.0)
         if want.ndim >= 2 and want.shape[-1] >= 2:
             top1 = float(np.mean(want.argmax(-1) == got.argmax(-1)))
     return OutputAccuracy(name, list(want.shape), max_abs, max_rel, cosine, top1)

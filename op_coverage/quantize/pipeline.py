@@ -245,7 +245,10 @@ def _quantize(report, loaded, profile, src, out, calibration, exclude, inputs, s
     cal = cal_given or generated_calibration(struct, seed, dims)
     opset = next((i.version for i in struct.opset_import if i.domain in ("", "ai.onnx")), 0)
     external = bool(loaded.external_files) or loaded.file_bytes > 1_800_000_000
-    before = not_native(src, profile)
+    from op_coverage.quantize.choice import scan_nodes
+    from op_coverage.scan import scan_model
+    # the float model's scan, on the structure already read (a second read of the file costs as much)
+    before = not_native(src, profile, scan_nodes(src, profile, scan_model(loaded, [profile])))
     with tempfile.TemporaryDirectory(prefix=".op_coverage-", dir=out.parent) as tmp:
         tmp = Path(tmp)
         pre = tmp / "pre.onnx"
