@@ -10,6 +10,13 @@ Each timing is a fresh process (imports included), the way a user runs either:
   * hal --runs 0 --no-compare: the same without the latency runs and the side-by-side
     (the quantization, the rescan and the accuracy check, as the goal counts them);
   * onnxruntime: ``python -c "quantize_dynamic(M, OUT, weight_type=QuantType.QInt8)"``.
+Every contender reads compiled bytecode, as an installed package does (pip writes it at install
+time, and Python writes it on the first import of a source checkout): the children get a
+``PYTHONPYCACHEPREFIX`` in the bench's temporary folder, filled by the warm-up runs, and
+``PYTHONDONTWRITEBYTECODE`` is dropped for them.  Without that, on a machine that sets
+``PYTHONDONTWRITEBYTECODE``, every ``op_coverage`` run compiles its ~70 modules from source
+(about 0.04 s of CPU) while onnxruntime reads its cached bytecode from site-packages;
+``--source-compile`` measures that way.
 The three run in turn, the order rotating every repeat, so machine load hits all alike; the
 ratio per repeat is hal / onnxruntime, and the bench prints its median with min and max, then
 the sizes (float, hal's result, onnxruntime's) from one ``--json`` run.  A second line per model
@@ -38,6 +45,12 @@ ORT = ("import sys; from onnxruntime.quantization import quantize_dynamic, Quant
 ENV = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
 
 
+def bytecode_cache(folder: Path) -> None:
+    """Let the children write and read compiled bytecode in *folder* (see the module docstring)."""
+    ENV.pop("PYTHONDONTWRITEBYTECODE", None)
+    ENV["PYTHONPYCACHEPREFIX"] = str(folder)
+
+
 def timed(cmd: list[str]) -> tuple[float, float]:
     """(wall seconds, CPU seconds: user + system) of one fresh process running *cmd*."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -58,11 +71,16 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--models", default="llama,bert,lstm")
+    ap.add_argument("--source-compile", action="store_true",
+                    help="keep this environment's PYTHONDONTWRITEBYTECODE: op_coverage compiles its modules every run")
     a = ap.parse_args()
     import q_embed_models as qe
     quantize = [sys.executable, "-m", "op_coverage", "quantize"]
     with tempfile.TemporaryDirectory() as d:
         d = Path(d)
+        if not a.source_compile:
+            bytecode_cache(d / "pycache")
+        print(f"bytecode: {'compiled from source every run' if a.source_compile else 'cached (as installed)'}")
         print(f"{'model':8} {'hal s':>6} {'min s':>6} {'ort s':>6}  {'hal/ort median (min-max)':26} "
               f"{'min/ort':18} size: float, hal, onnxruntime")
         for name in a.models.split(","):
