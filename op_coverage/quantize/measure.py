@@ -3,7 +3,8 @@
 Latency follows ``bench/bench_rewrite_latency.py``: one intra-op and one inter-op thread, runs
 alternating between the float and the quantized session (float first on even runs), a ratio per
 repeat of ``median(quantized) / median(float)``; the report gives the median ratio over repeats
-with its min and max.
+with its min and max.  With onnxruntime's default result beside hal's (the report's ``baseline``)
+the three sessions run in turn, the order rotating every run, and both ratios share the float runs.
 """
 from __future__ import annotations
 
@@ -96,33 +97,46 @@ def compare_outputs(float_sess, quant_sess, feeds: dict) -> list[OutputAccuracy]
     return [accuracy(n, w, g) for n, w, g in zip(names, want, got)]
 
 
-def interleaved(sess_a, sess_b, feeds: dict, runs: int, repeats: int, warmup: int = 2) -> list[tuple]:
-    """Run two onnxruntime sessions alternately (the order flips every run), *repeats* times.
+def interleaved(sess_a, others: list, feeds: dict, runs: int, repeats: int, warmup: int = 2) -> list[list[tuple]]:
+    """Run *sess_a* and each session of *others* in turn (the order rotates every run), *repeats* times.
 
-    Returns one ``(median_b / median_a, median_a_s, median_b_s)`` per repeat: the two sessions
-    share whatever load the machine has, run by run.
+    Returns, per session of *others*, one ``(median_b / median_a, median_a_s, median_b_s)`` per
+    repeat: all sessions share whatever load the machine has, run by run, and the float runs of
+    *sess_a* are the denominator of every ratio (with one other session: a, b, then b, a).
     """
-    for s in (sess_a, sess_b):
+    sessions = [sess_a, *others]
+    for s in sessions:
         for _ in range(warmup):
             s.run(None, feeds)
-    out = []
+    out: list[list[tuple]] = [[] for _ in others]
+    n = len(sessions)
     for _ in range(repeats):
-        ta, tb = [], []
+        times: list[list[float]] = [[] for _ in sessions]
         for i in range(runs):
-            order = ((sess_a, ta), (sess_b, tb)) if i % 2 == 0 else ((sess_b, tb), (sess_a, ta))
-            for s, t in order:
+            for j in (*range(i % n, n), *range(i % n)):
                 t0 = time.perf_counter()
-                s.run(None, feeds)
-                t.append(time.perf_counter() - t0)
-        ma, mb = statistics.median(ta), statistics.median(tb)
-        out.append((mb / ma if ma > 0 else float("inf"), ma, mb))
+                sessions[j].run(None, feeds)
+                times[j].append(time.perf_counter() - t0)
+        ma = statistics.median(times[0])
+        for k, tb in enumerate(times[1:]):
+            mb = statistics.median(tb)
+            out[k].append((mb / ma if ma > 0 else float("inf"), ma, mb))
     return out
+
+
+def latencies(float_sess, quant_sessions: list, feeds: dict, runs: int = 10, repeats: int = 3,
+              warmup: int = 2) -> list[dict]:
+    """One :func:`latency` dict per session of *quant_sessions*, all from one interleave with *float_sess*."""
+    found = []
+    for per in interleaved(float_sess, quant_sessions, feeds, runs, repeats, warmup):
+        ratios, fl, ql = [r for r, _, _ in per], [a for _, a, _ in per], [b for _, _, b in per]
+        found.append({"ratio": round(statistics.median(ratios), 4), "min": round(min(ratios), 4),
+                      "max": round(max(ratios), 4), "float_ms": round(statistics.median(fl) * 1e3, 4),
+                      "quantized_ms": round(statistics.median(ql) * 1e3, 4), "runs": runs, "repeats": repeats,
+                      "threads": 1})
+    return found
 
 
 def latency(float_sess, quant_sess, feeds: dict, runs: int = 10, repeats: int = 3, warmup: int = 2) -> dict:
     """Interleaved runs; ``{"ratio", "min", "max", "float_ms", "quantized_ms", "runs", "repeats", "threads"}``."""
-    per = interleaved(float_sess, quant_sess, feeds, runs, repeats, warmup)
-    ratios, fl, ql = [r for r, _, _ in per], [a for _, a, _ in per], [b for _, _, b in per]
-    return {"ratio": round(statistics.median(ratios), 4), "min": round(min(ratios), 4), "max": round(max(ratios), 4),
-            "float_ms": round(statistics.median(fl) * 1e3, 4), "quantized_ms": round(statistics.median(ql) * 1e3, 4),
-            "runs": runs, "repeats": repeats, "threads": 1}
+    return latencies(float_sess, [quant_sess], feeds, runs, repeats, warmup)[0]

@@ -343,15 +343,14 @@ def _quantize(report, loaded, profile, src, out, calibration, exclude, inputs, s
                                      f"{f'; {len(failed) - 1} more' if len(failed) > 1 else ''}); {out} not written; "
                                      "try --per-channel, --exclude for the sensitive nodes, --mode static with "
                                      "--calibration, or a looser gate")
-        if runs > 0:
-            report.latency = latency(fs, qs, feeds, runs=runs, repeats=repeats)
-        del qs
+        mine = None  # hal's latency, when timed with onnxruntime's result (one interleave, the float runs shared)
         if compare:
             from op_coverage.quantize.baseline import measure_baseline
             bpath = tmp / "onnxruntime-default.onnx"
-            report.baseline = measure_baseline(src, bpath, report.mode, cal, external, fs, feeds, qb, runs, repeats,
-                                               made=choice.default_error or (choice.default_path is not None),
-                                               same=(final, report.latency, outs))
+            report.baseline, mine = measure_baseline(src, bpath, report.mode, cal, external, fs, feeds, qb, runs,
+                                                     repeats, made=choice.default_error or (choice.default_path
+                                                                                           is not None),
+                                                     same=(final, outs), ours=qs if runs > 0 else None)
             if "error" not in report.baseline and bpath.is_file():
                 theirs = quantized_node_names(onnx.load(str(bpath), load_external_data=False),
                                               facts["formats"]["integer-dynamic" if report.mode == "dynamic" else "qdq"])
@@ -360,7 +359,9 @@ def _quantize(report, loaded, profile, src, out, calibration, exclude, inputs, s
                 names = {n.name: n.op_type for n in _all_nodes(struct) if n.name}
                 report.baseline["float_here"] = [{"node": n, "op_type": names[n]} for n in sorted(theirs - ours)
                                                  if n in names]
-        del fs
+        if runs > 0:
+            report.latency = mine if mine is not None else latency(fs, qs, feeds, runs=runs, repeats=repeats)
+        del qs, fs
         report.rescan, report.introduced = _rescan(final, profile, _labels(struct), choice.scan)
         from hal.util.io import give_default_mode  # onnx writes external data 0600; give both plain open()'s mode
         if report.external_data:

@@ -283,3 +283,36 @@ def test_onnxruntimes_default_result_is_written_when_it_is_the_smaller(tmp_path)
     # an --exclude (or --per-channel) is the user's: onnxruntime's default call is not a candidate then
     doc = quantize(src, "ort-cpu", tmp_path / "ex.onnx", runs=0, exclude=["MatMul_1"]).to_dict()
     assert not any(t.get("call") for t in doc["quantization"]["tried"])
+
+
+def test_model_bytes_reads_a_rewritten_file_again(tmp_path):
+    """model_bytes remembers each file's external-data names by path, size and modification time: a model
+    saved again under the same name (now with its weights inside) is measured afresh, not from memory."""
+    from op_coverage.quantize.measure import model_bytes
+    p = tmp_path / "m.onnx"
+    qm.save(qm.small_cnn(), p, external=True)
+    assert model_bytes(p) == p.stat().st_size + (tmp_path / "m.onnx.data").stat().st_size
+    qm.save(qm.small_cnn(), p)
+    assert model_bytes(p) == p.stat().st_size  # the stale data file beside it is no longer named
+
+
+def test_cosine_is_the_same_whatever_blas_threads(tmp_path):
+    """The report's cosine is numpy's pairwise sum, so it does not change with the BLAS thread count
+    (a long dot product through OpenBLAS is split over its threads) and is within a few ulps of the exact value."""
+    import math
+    import subprocess
+    import sys
+    code = ("import numpy as np; from op_coverage.quantize.measure import accuracy; "
+            "r = np.random.default_rng(0); w = r.standard_normal((2, 2, 8192)).astype(np.float32); "
+            "print(repr(accuracy('out', w, w + 1e-2 * r.standard_normal(w.shape).astype(np.float32)).cosine))")
+    import os
+    got = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120,
+                          env=dict(os.environ, OPENBLAS_NUM_THREADS=n, OMP_NUM_THREADS=n)).stdout.strip()
+           for n in ("1", "4")}
+    assert len(got) == 1, got
+    r = np.random.default_rng(0)
+    w = r.standard_normal((2, 2, 8192)).astype(np.float32)
+    g = (w + 1e-2 * r.standard_normal(w.shape).astype(np.float32)).astype(np.float64).ravel()
+    w = w.astype(np.float64).ravel()
+    exact = math.fsum(w * g) / math.sqrt(math.fsum(w * w) * math.fsum(g * g))
+    assert abs(float(got.pop()) - exact) < 1e-13
