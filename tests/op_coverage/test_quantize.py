@@ -296,16 +296,16 @@ def test_model_bytes_reads_a_rewritten_file_again(tmp_path):
     assert model_bytes(p) == p.stat().st_size  # the stale data file beside it is no longer named
 
 
-def test_cosine_is_the_same_whatever_blas_threads(tmp_path):
+def test_cosine_is_the_same_whatever_blas_threads():
     """The report's cosine is numpy's pairwise sum, so it does not change with the BLAS thread count
     (a long dot product through OpenBLAS is split over its threads) and is within a few ulps of the exact value."""
     import math
+    import os
     import subprocess
     import sys
     code = ("import numpy as np; from op_coverage.quantize.measure import accuracy; "
             "r = np.random.default_rng(0); w = r.standard_normal((2, 2, 8192)).astype(np.float32); "
             "print(repr(accuracy('out', w, w + 1e-2 * r.standard_normal(w.shape).astype(np.float32)).cosine))")
-    import os
     got = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120,
                           env=dict(os.environ, OPENBLAS_NUM_THREADS=n, OMP_NUM_THREADS=n)).stdout.strip()
            for n in ("1", "4")}
