@@ -169,13 +169,16 @@ class EmuCCL(dist.ProcessGroup):
     def _allgather_base(self, output, input, opts=None):
         out = output if output.is_cpu else _view(output)
         inp = input if input.is_cpu else _view(input)
-        o, i = out.shape, inp.shape
-        if len(o) == len(i) and i and o[0] == i[0] * self._n and (len(i) == 1 or o[1:] == i[1:]):
-            return self._gloo_allgather_base(out, inp, opts or AllgatherOptions())  # gloo's own layout
+        opts = opts or AllgatherOptions()
+        try:  # gloo takes world_size inputs concatenated along dim 0 as they are
+            return self._gloo_allgather_base(out, inp, opts)
+        except RuntimeError:  # raised before anything is sent, alike on every rank
+            o, i = out.shape, inp.shape
+            if len(o) == len(i) and i and o[0] == i[0] * self._n and (len(i) == 1 or o[1:] == i[1:]):
+                raise  # gloo's own layout: its error is the user's
         # NCCL (and so torch's own callers, e.g. SyncBatchNorm) accept any contiguous output of
         # world_size * input.numel() elements, stacked too; gloo wants one slice per rank: views
-        return self._gloo.allgather([[o.view(i) for o in out.view(-1).chunk(self._n)]], [inp],
-                                    opts or AllgatherOptions())
+        return self._gloo.allgather([[o.view(i) for o in out.view(-1).chunk(self._n)]], [inp], opts)
 
     def gather(self, output_tensors, input_tensors, opts=None):
         return self._gloo.gather(_host2(output_tensors), _host(input_tensors), opts or dist.GatherOptions())
