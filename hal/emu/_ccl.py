@@ -49,8 +49,10 @@ def _view(t):
     layout (making one costs about as much as the rest of a small collective's Python path)."""
     key = id(t)
     v = _views.get(key)
-    if v is not None and v[0]() is t and \
-            v[2] == (t.untyped_storage()._cdata, t.data_ptr(), t.shape, t.stride(), t.dtype):
+    # the storage's Python object is kept in the entry, so torch hands out that same object for as
+    # long as the tensor is on that storage (and comparing it is cheaper than reading an address)
+    if v is not None and v[0]() is t and v[2] is t.untyped_storage() and v[3] == t.data_ptr() \
+            and v[4] == t.shape and v[5] == t.stride() and v[6] is t.dtype:
         return v[1]
     if t.device.type != DEVICE_TYPE:
         return t
@@ -58,7 +60,7 @@ def _view(t):
     if key not in _views and len(_views) >= _VIEWS_KEPT:
         _views.pop(next(iter(_views)), None)
     _views[key] = (weakref.ref(t, lambda _, key=key: _views.pop(key, None)), host,
-                   (t.untyped_storage()._cdata, t.data_ptr(), t.shape, t.stride(), t.dtype))
+                   t.untyped_storage(), t.data_ptr(), t.shape, t.stride(), t.dtype)
     return host
 
 
