@@ -58,7 +58,10 @@ def _view(t):
         return t
     host = (_alias or _load_alias())(t)
     if key not in _views and len(_views) >= _VIEWS_KEPT:
-        _views.pop(next(iter(_views)), None)
+        try:
+            _views.pop(next(iter(_views)), None)
+        except (StopIteration, RuntimeError):  # emptied or changed by another thread meanwhile
+            pass
     _views[key] = (weakref.ref(t, lambda _, key=key: _views.pop(key, None)), host,
                    t.untyped_storage(), t.data_ptr(), t.shape, t.stride(), t.dtype)
     return host
