@@ -141,6 +141,10 @@ def test_torchrun_elastic_job_that_loses_a_node_resumes_at_the_smaller_size(tmp_
     assert (res[0].result["attempt"], res[0].result["world"], res[0].result["resumed_from"]) == (1, 1, K)
     assert any("saved by 2 rank(s)" in line and "loaded by 1" in line and "data position re-split" in line
                for line in res[0].result["log"]), res[0].result["log"]
+    assert any(f"rank 0 failed at step {hold}" in line for line in res[0].result["log"]), res[0].result["log"]
+    assert any(f"rank 1 sent no report (last step seen: {hold})" in line for line in res[0].result["log"])
+    assert any(f"resumed at step {K}" in line and f"{hold - K} step(s) to redo" in line
+               for line in res[0].result["log"])
     ref = run(2, root=str(tmp_path / "ref"), steps=N, save_at=[K], async_save=False).ranks
     for step in range(K + 1, N + 1):
         assert global_order(res, step) == global_order(ref, step), f"step {step}: other samples"
@@ -149,3 +153,4 @@ def test_torchrun_elastic_job_that_loses_a_node_resumes_at_the_smaller_size(tmp_
     for name, want in ref[0].result["params"].items():
         torch.testing.assert_close(torch.tensor(res[0].result["params"][name]), torch.tensor(want),
                                    rtol=RTOL, atol=ATOL)
+    print("\n" + "\n".join(res[0].result["log"]))

@@ -24,6 +24,7 @@ attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
 
 
 def hold(step, saver):
+    saver.step(step)  # the step reached, for the failure record (no `every`: saves only at SAVE_AT)
     if attempt == 0 and step == hold_at:
         if dist.get_rank() == 0:
             Path(f"{out}.holding").write_text(str(step))
