@@ -6,7 +6,8 @@ uninterrupted run of the saving layout as in tests/dist/test_checkpoint_reshard.
 global batches in the same global order, losses and final parameters within rtol 1e-5
 (float32), every sample of the epoch once.  Last, the stall of an asynchronous sharded save
 (``Checkpointer.last_stall_s``, what the training loop waits for) against a synchronous one,
-and the job relaunched by `hal run` (torchrun) with fewer ranks.
+the job relaunched by `hal run` (torchrun) with fewer ranks, and an elastic torchrun job
+(``--nnodes 1:2``) that loses a node and resumes at the smaller size.
 """
 import json
 import statistics
