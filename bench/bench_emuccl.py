@@ -12,7 +12,8 @@ machine load hits them alike:
 Each variant's time per call is the slower rank's mean over ``iters`` calls; the ratio is
 taken per repetition and its median and spread (min-max over repetitions) are printed.
 Goal: emuccl within 1.1x gloo.  A second table runs the smallest size on one rank, where no
-peer's scheduling adds noise: what is left is the cost of a call itself.
+peer's scheduling adds noise, pinned to one CPU (with gloo's threads) so that no wake-up of an
+idle CPU does either: what is left is the cost of a call itself.
 
     python bench/bench_emuccl.py                 # 4K..16M, 7 repetitions
     python bench/bench_emuccl.py --sizes 64K,4M --reps 11
@@ -48,7 +49,17 @@ def _buffers(op, numel, n, device):
     return torch.ones(numel, device=device), torch.empty(numel // n, device=device)
 
 
-def rank(sizes, reps, min_seconds):
+def _pin_to_one_cpu():
+    """Every thread of this process (gloo's workers included) onto one CPU: a call then hands its
+    work to gloo's thread by a context switch instead of waking an idle CPU, whose cost swings
+    between 10 and 80 us on a shared VM and would hide what the call itself costs."""
+    cpu = min(os.sched_getaffinity(0))
+    for tid in os.listdir("/proc/self/task"):
+        os.sched_setaffinity(int(tid), {cpu})
+    return cpu
+
+
+def rank(sizes, reps, min_seconds, pin=False):
     import torch
     import torch.distributed as dist
 
@@ -57,6 +68,8 @@ def rank(sizes, reps, min_seconds):
     info = hal.dist.info()
     n, emu = info.world_size, torch.device(info.device)
     gloo = dist.new_group(backend="gloo")
+    if pin and hasattr(os, "sched_setaffinity"):
+        _pin_to_one_cpu()  # after the last group: its threads too
     groups = {"gloo": (gloo, torch.device("cpu")), "emuccl/cpu": (dist.group.WORLD, torch.device("cpu")),
               "emuccl/emu": (dist.group.WORLD, emu)}
     times = {(op, s, v): [] for op in OPS for s in sizes for v in VARIANTS}
@@ -122,14 +135,14 @@ def _table(nproc, sizes, a):
     from hal.dist.launch import spawn
 
     res = spawn(f"{os.path.abspath(__file__)}:rank", nproc,
-                kwargs=dict(sizes=sizes, reps=a.reps, min_seconds=a.min_seconds), timeout=1800,
+                kwargs=dict(sizes=sizes, reps=a.reps, min_seconds=a.min_seconds, pin=nproc == 1), timeout=1800,
                 env={"HAL_BACKEND": "emu"})
     if not res.ok:
         print("bench failed:", res.first_error(), file=sys.stderr)
         return None
     out = res.ranks[0].result
     t = {tuple(k.split("|")): v for k, v in out["times"].items()}
-    print(f"\nemuccl vs gloo, {nproc} rank{'s' if nproc > 1 else ''}; {a.reps} interleaved repetitions; "
+    print(f"\nemuccl vs gloo, {nproc} rank{'s' if nproc > 1 else ' (pinned to one CPU)'}; {a.reps} interleaved repetitions; "
           f"time per call (median), ratio to gloo per repetition: median [min-max]")
     print(f"{'op':<24} {'size':>5} {'iters':>5} {'gloo':>9} {'emuccl/cpu':>10} {'ratio':>17} "
           f"{'emuccl/emu':>10} {'ratio':>17}")

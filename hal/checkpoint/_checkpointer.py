@@ -347,13 +347,16 @@ class Checkpointer:
         rank, world = _dist.rank_world()
         if rank != 0:
             return
-        tail = _events.since_last_start(_events.read(self.dir))
+        events = _events.read(self.dir)
+        tail = _events.since_last_start(events)
         if ck is None and not tail:
             _events.record(self.dir, "start", rank=0, step=0, world_size=world)
             return
         step = ck.step if ck is not None else 0
         where = str(ck.path) if ck is not None else "scratch (no complete checkpoint)"
-        lines = _events.restart_lines(tail, world, step, where, restarted=_events.attempt() > 0)
+        # the ranks that sent no report are those of the attempt that ended, which may have been larger
+        lines = _events.restart_lines(tail, max(world, _events.started_world_size(events) or 0), step, where,
+                                      restarted=_events.attempt() > 0)
         head = f"hal.checkpoint: restart {_events.attempt()} of this group" if _events.attempt() else \
             "hal.checkpoint: relaunch"
         for line in lines:

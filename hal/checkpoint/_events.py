@@ -84,6 +84,16 @@ def since_last_start(events: List[dict]) -> List[dict]:
     return tail
 
 
+def started_world_size(events: List[dict]) -> Optional[int]:
+    """The world size the last start or resume recorded: that of the attempt :func:`since_last_start`
+    ended (an elastic job may come back with fewer ranks); None where none is recorded."""
+    for rec in reversed(events):
+        if rec.get("event") in ("resume", "start"):
+            size = rec.get("world_size")
+            return size if isinstance(size, int) else None
+    return None
+
+
 def _short(error: Optional[dict]) -> str:
     if not error:
         return ""

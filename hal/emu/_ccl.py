@@ -9,38 +9,78 @@ gloo on CPU views of the emulated tensors' bytes — in place, without copies.
 from __future__ import annotations
 
 import sys
+import weakref
 
 import torch
 import torch.distributed as dist
 from torch.distributed import ProcessGroupGloo
+from torch._C._distributed_c10d import AllgatherOptions  # not re-exported by torch.distributed 2.13
 
 from hal.emu._device import DEVICE_TYPE
 
 
 _alias = None
 
+#: id(emu tensor) -> (weak ref to it, its host view, and what the view was made from: storage, data
+#: pointer, shape, strides, dtype).  A view is reused only while all of these still hold, so a
+#: tensor whose storage was swapped (``set_``, ``.data =``), resized (FSDP2 frees and re-allocates
+#: its unsharded parameters with ``untyped_storage().resize_``), reshaped in place or restrided
+#: gets a fresh view.  An entry goes with its tensor; at most ``_VIEWS_KEPT`` are kept, oldest
+#: out first, so a swapped-out storage that only its old view still holds is released by then.
+_views: dict = {}
+_VIEWS_KEPT = 64
+
+
+def _load_alias():
+    global _alias
+    from hal.emu._module import _C
+    _alias = _C.cpu_alias
+    return _alias
+
 
 def unwrap(t):
     """A CPU tensor over the bytes of emu tensor ``t`` (no copy; keeps them alive while gloo
     works); host tensors are passed as they are."""
-    global _alias
-    if t.device.type == DEVICE_TYPE:
-        if _alias is None:
-            from hal.emu._module import _C
-            _alias = _C.cpu_alias
-        return _alias(t)
-    return t
+    return t if t.is_cpu else _view(t)
+
+
+def _view(t):
+    """:func:`unwrap` of a tensor that is not on the host: its view, made once per tensor and
+    layout (making one costs about as much as the rest of a small collective's Python path)."""
+    key = id(t)
+    v = _views.get(key)
+    # the storage's Python object is kept in the entry, so torch hands out that same object for as
+    # long as the tensor is on that storage (and comparing it is cheaper than reading an address)
+    if v is not None and v[0]() is t and v[2] is t.untyped_storage() and v[3] == t.data_ptr() \
+            and v[4] == t.shape and v[5] == t.stride() and v[6] is t.dtype:
+        return v[1]
+    if t.device.type != DEVICE_TYPE:
+        return t
+    host = (_alias or _load_alias())(t)
+    if key not in _views and len(_views) >= _VIEWS_KEPT:
+        try:
+            _views.pop(next(iter(_views)), None)
+        except (StopIteration, RuntimeError):  # emptied or changed by another thread meanwhile
+            pass
+    _views[key] = (weakref.ref(t, lambda _, key=key: _views.pop(key, None)), host,
+                   t.untyped_storage(), t.data_ptr(), t.shape, t.stride(), t.dtype)
+    return host
 
 
 NAME = "emuccl"
 
 
 def _host(tensors):
-    return [unwrap(t) for t in tensors]
+    """``tensors`` with every emu tensor replaced by its host view; the list itself where all are
+    host tensors already (gloo copies the list, so it is not kept)."""
+    for t in tensors:
+        if not t.is_cpu:
+            return [t if t.is_cpu else _view(t) for t in tensors]
+    return tensors
 
 
 def _host2(lists):
-    return [[unwrap(t) for t in ts] for ts in lists]
+    return [_host(ts) for ts in lists]
 
 
 class _Gloo(ProcessGroupGloo):
@@ -74,6 +114,12 @@ class EmuCCL(dist.ProcessGroup):
         super().__init__(rank, size)
         self._store, self._timeout = store, timeout
         self._gloo = _Gloo(store, rank, size, timeout)
+        # read once: ``self.size()`` goes through c10d's Python-override lookup (about 0.6 us a
+        # call), and the hot collectives call gloo's bound methods without looking them up again
+        self._n = size
+        self._gloo_allreduce = self._gloo.allreduce
+        self._gloo_allgather_base = self._gloo._allgather_base
+        self._gloo_reduce_scatter_base = self._gloo._reduce_scatter_base
         if device_id is not None:
             self.bound_device_id = device_id
         # c10d reads a group's name, its ``_get_backend(device)`` and its device binding
@@ -110,7 +156,7 @@ class EmuCCL(dist.ProcessGroup):
         return child
 
     def allreduce(self, tensors, opts=None):
-        return self._gloo.allreduce(_host(tensors), opts or dist.AllreduceOptions())
+        return self._gloo_allreduce(_host(tensors), opts or dist.AllreduceOptions())
 
     def allreduce_coalesced(self, tensors, opts=None):
         return self._gloo.allreduce_coalesced(_host(tensors), opts or dist.AllreduceCoalescedOptions())
@@ -123,17 +169,21 @@ class EmuCCL(dist.ProcessGroup):
 
     def allgather(self, output_tensors, input_tensors, opts=None):
         return self._gloo.allgather(_host2(output_tensors), _host(input_tensors),
-                                    opts or dist.AllgatherOptions())
+                                    opts or AllgatherOptions())
 
     def _allgather_base(self, output, input, opts=None):
-        out, inp = unwrap(output), unwrap(input)
-        opts = opts or dist.AllgatherOptions()
-        if inp.dim() == out.dim() and (inp.dim() == 1 or out.shape[1:] == inp.shape[1:]) \
-                and out.shape[0] == inp.shape[0] * self.size():
-            return self._gloo._allgather_base(out, inp, opts)  # the layout gloo takes as it is
+        out = output if output.is_cpu else _view(output)
+        inp = input if input.is_cpu else _view(input)
+        opts = opts or AllgatherOptions()
+        try:  # gloo takes world_size inputs concatenated along dim 0 as they are
+            return self._gloo_allgather_base(out, inp, opts)
+        except RuntimeError:  # raised before anything is sent, alike on every rank
+            o, i = out.shape, inp.shape
+            if len(o) == len(i) and i and o[0] == i[0] * self._n and (len(i) == 1 or o[1:] == i[1:]):
+                raise  # gloo's own layout: its error is the user's
         # NCCL (and so torch's own callers, e.g. SyncBatchNorm) accept any contiguous output of
         # world_size * input.numel() elements, stacked too; gloo wants one slice per rank: views
-        return self._gloo.allgather([[o.view(inp.shape) for o in out.view(-1).chunk(self.size())]], [inp], opts)
+        return self._gloo.allgather([[o.view(i) for o in out.view(-1).chunk(self._n)]], [inp], opts)
 
     def gather(self, output_tensors, input_tensors, opts=None):
         return self._gloo.gather(_host2(output_tensors), _host(input_tensors), opts or dist.GatherOptions())
@@ -146,8 +196,9 @@ class EmuCCL(dist.ProcessGroup):
                                          opts or dist.ReduceScatterOptions())
 
     def _reduce_scatter_base(self, output, input, opts=None):
-        return self._gloo._reduce_scatter_base(unwrap(output), unwrap(input),
-                                               opts or dist.ReduceScatterOptions())
+        return self._gloo_reduce_scatter_base(output if output.is_cpu else _view(output),
+                                              input if input.is_cpu else _view(input),
+                                              opts or dist.ReduceScatterOptions())
 
     def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None):
         return self._gloo.alltoall_base(unwrap(output), unwrap(input), output_split_sizes,
@@ -173,7 +224,7 @@ class EmuCCL(dist.ProcessGroup):
 
     def allgather_coalesced(self, output_lists, input_list, opts=None):
         return self._gloo.allgather_coalesced(_host2(output_lists), _host(input_list),
-                                              opts or dist.AllgatherOptions())
+                                              opts or AllgatherOptions())
 
     def alltoall(self, output_tensors, input_tensors, opts=None):
         return self._gloo.alltoall(_host(output_tensors), _host(input_tensors), opts or dist.AllToAllOptions())

@@ -65,13 +65,13 @@ def _model(layout: str, world: int):
 
 def train(root: str, steps: int, global_batch: int = 8, save_at=None, layout: str = "fsdp",
           async_save: bool = True, crash_rank=None, crash_at: str = "", full_disk_rank=None,
-          workers: int = 0):
+          workers: int = 0, after_step=None):
     """Train to ``steps`` (resuming from ``root`` if it holds a checkpoint); return what was seen.
 
     ``save_at``: steps to save at.  ``full_disk_rank``: that rank's file size limit drops to
     0 bytes during the second save (what a full disk looks like to ``write``).  ``crash_rank``
     / ``crash_at``: that rank dies at that crash point of the second save (the third when a
-    full disk takes the second).
+    full disk takes the second).  ``after_step(step, saver)``: called at the end of every step.
     """
     world = dist.get_world_size()
     rank = dist.get_rank()
@@ -123,6 +123,8 @@ def train(root: str, steps: int, global_batch: int = 8, save_at=None, layout: st
                     if full_disk_rank == rank:
                         resource.setrlimit(resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY,) * 2)
                         _note(root, rank, step, saver.failed_saves)
+                if after_step is not None:
+                    after_step(step, saver)
                 if step == steps:
                     break
             else:

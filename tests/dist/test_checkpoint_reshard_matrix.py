@@ -6,7 +6,8 @@ uninterrupted run of the saving layout as in tests/dist/test_checkpoint_reshard.
 global batches in the same global order, losses and final parameters within rtol 1e-5
 (float32), every sample of the epoch once.  Last, the stall of an asynchronous sharded save
 (``Checkpointer.last_stall_s``, what the training loop waits for) against a synchronous one,
-and the job relaunched by `hal run` (torchrun) with fewer ranks.
+the job relaunched by `hal run` (torchrun) with fewer ranks, and an elastic torchrun job
+(``--nnodes 1:2``) that loses a node and resumes at the smaller size.
 """
 import json
 import statistics
@@ -91,3 +92,66 @@ def test_hal_run_relaunched_with_fewer_ranks_resumes_resharded(tmp_path):
         assert b == pytest.approx(a, rel=RTOL, abs=ATOL), f"step {step}: loss {b} vs {a}"
     assert any("resharded" in line and "RNG state of rank(s) 2, 3 dropped" in line
                for line in ranks["res"][0].result["log"])
+
+
+def test_torchrun_elastic_job_that_loses_a_node_resumes_at_the_smaller_size(tmp_path):
+    """Two torchrun agents on 127.0.0.1 (`--nnodes 1:2 --rdzv-backend c10d --max-restarts 1`, one
+    rank each) run the FSDP2 job, saving sharded at step 5; at step 7 the second agent's node is
+    killed (agent and rank, SIGKILL).  The first agent's rank fails its next collective, the agent
+    re-forms the job with the one node left, and the job resumes from step 5 at world size 1 to
+    step 14: the same global batches and losses as an uninterrupted 2-rank run."""
+    import os
+    import signal
+    import socket
+    import subprocess
+    import sys
+    import time
+    from types import SimpleNamespace
+
+    script = Path(__file__).parent / "hal_run_scripts" / "elastic_job.py"
+    root, out, hold = tmp_path / "ckpt", tmp_path / "out", K + 2
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "HAL_BACKEND": "cpu"}
+    agents, logs = [], []
+    for host in (1, 0):  # the first agent hosts the rendezvous store: the node that stays
+        logs.append(open(tmp_path / f"agent{len(agents)}.log", "w"))
+        agents.append(subprocess.Popen(
+            [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1:2", "--nproc-per-node", "1",
+             "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "elastic",
+             "--rdzv-conf", f"is_host={host},last_call_timeout=3", "--max-restarts", "1",
+             "--monitor-interval", "0.5", str(script), str(root), str(out), str(N), str(K), str(hold)],
+            env=env, stdout=logs[-1], stderr=subprocess.STDOUT, start_new_session=True))
+        time.sleep(2 if host else 0)
+    try:
+        deadline = time.monotonic() + 240
+        while not Path(f"{out}.holding").exists():
+            assert time.monotonic() < deadline and agents[0].poll() is None, (tmp_path / "agent0.log").read_text()
+            time.sleep(0.2)
+        os.killpg(agents[1].pid, signal.SIGKILL)  # the second node goes, agent and rank
+        agents[1].wait(timeout=30)
+        assert agents[0].wait(timeout=300) == 0, (tmp_path / "agent0.log").read_text()[-4000:]
+    finally:
+        for a in agents:
+            if a.poll() is None:
+                os.killpg(a.pid, signal.SIGKILL)
+        for f in logs:
+            f.close()
+    res = [SimpleNamespace(result=json.loads(Path(f"{out}.0").read_text()))]
+    assert (res[0].result["attempt"], res[0].result["world"], res[0].result["resumed_from"]) == (1, 1, K)
+    assert any("saved by 2 rank(s)" in line and "loaded by 1" in line and "data position re-split" in line
+               for line in res[0].result["log"]), res[0].result["log"]
+    assert any(f"rank 0 failed at step {hold}" in line for line in res[0].result["log"]), res[0].result["log"]
+    assert any(f"rank 1 sent no report (last step seen: {hold})" in line for line in res[0].result["log"])
+    assert any(f"resumed at step {K}" in line and f"{hold - K} step(s) to redo" in line
+               for line in res[0].result["log"])
+    ref = run(2, root=str(tmp_path / "ref"), steps=N, save_at=[K], async_save=False).ranks
+    for step in range(K + 1, N + 1):
+        assert global_order(res, step) == global_order(ref, step), f"step {step}: other samples"
+        a, b = ref[0].result["losses"][str(step)], res[0].result["losses"][str(step)]
+        assert b == pytest.approx(a, rel=RTOL, abs=ATOL), f"step {step}: loss {b} vs {a}"
+    for name, want in ref[0].result["params"].items():
+        torch.testing.assert_close(torch.tensor(res[0].result["params"][name]), torch.tensor(want),
+                                   rtol=RTOL, atol=ATOL)
+    print("\n" + "\n".join(res[0].result["log"]))

@@ -52,3 +52,16 @@ def test_sync_batch_norm_equals_batch_norm_over_the_full_batch(two_ranks):
                           ("syncbn_grad_w", "bn_grad_w"), ("syncbn_running_mean", "bn_running_mean")):
             torch.testing.assert_close(torch.tensor(out[mine]), torch.tensor(out[ref]), rtol=1e-4, atol=1e-5,
                                        msg=lambda m: f"{mine} vs {ref}: {m}")
+
+
+def test_a_reused_tensor_whose_storage_or_layout_changed_is_gathered_from_its_current_bytes(two_ranks):
+    # emuccl keeps each emu tensor's host view between calls (tests/dist/_emu_ddp_worker.py changes
+    # the tensors between all_gather_into_tensor calls): no stale view, no device memory kept
+    views = two_ranks[0]["host_views"]
+    assert views == two_ranks[1]["host_views"]
+    assert views["first"] == [1.0] * 4 + [2.0] * 4
+    assert views["storage_resized"] == [11.0] * 4 + [12.0] * 4
+    assert views["input_set"] == views["output_data_swapped"] == [100.0] * 4 + [101.0] * 4
+    assert views["output_reshaped"] == [[100.0] * 4, [101.0] * 4]
+    assert views["input_restrided"] == [100.0, 100.0, 101.0, 101.0]
+    assert views["bytes_kept_after_del"] == 0
