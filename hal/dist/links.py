@@ -202,16 +202,33 @@ def _wait_keys(store, keys: Sequence[str], deadline_s: float) -> Tuple[Dict[str,
         delay = min(delay * 2, 0.05)
 
 
+def _exchange_names(store, nnodes: int, node: int, is_leader: bool, timeout_s: float) -> List[str]:
+    key = f"hal-links/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/name/"
+    if is_leader:
+        store.set(key + str(node), socket.gethostname())
+    got, _ = _wait_keys(store, [key + str(i) for i in range(nnodes)], timeout_s)
+    return [got.get(key + str(i), "") for i in range(nnodes)]
+
+
 def node_names(ctx) -> List[str]:
     """Host name of every node (``ctx.node_names``, filled through the store when empty)."""
-    if len(ctx.node_names) == ctx.nnodes:
-        return ctx.node_names
-    key = f"hal-links/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/name/"
-    if ctx.is_leader:
-        ctx.store.set(key + str(ctx.node_rank), ctx.hostname or socket.gethostname())
-    got, _ = _wait_keys(ctx.store, [key + str(i) for i in range(ctx.nnodes)], ctx.timeout_s)
-    ctx.node_names = [got.get(key + str(i), "") for i in range(ctx.nnodes)]
+    if len(ctx.node_names) != ctx.nnodes:
+        ctx.node_names = _exchange_names(ctx.store, ctx.nnodes, ctx.node_rank, ctx.is_leader, ctx.timeout_s)
     return ctx.node_names
+
+
+def job_hosts(store, timeout_s: float, env=None) -> List[str]:
+    """Host name of each node of the launcher's job (one entry alone); call on every rank.
+
+    Nodes as torchrun numbers them (``GROUP_RANK``, ``LOCAL_WORLD_SIZE`` ranks each).
+    """
+    env = os.environ if env is None else env
+    if "RANK" not in env or "WORLD_SIZE" not in env or store is None:
+        return [socket.gethostname()]
+    world = int(env["WORLD_SIZE"])
+    nnodes = max(1, world // int(env.get("LOCAL_WORLD_SIZE", world)))
+    return _exchange_names(store, nnodes, int(env.get("GROUP_RANK", 0)), int(env.get("LOCAL_RANK", 0)) == 0,
+                           timeout_s)
 
 
 def _labels(ctx) -> List[str]:
