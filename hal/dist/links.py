@@ -23,6 +23,7 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
+import re
 import socket
 import statistics
 import time
@@ -37,6 +38,8 @@ DEFAULT_BYTES = 16 << 20
 
 Pair = Tuple[int, int]
 _SEQ = [0]
+#: test hook: the leader of the node named here never answers its pairs (a dead link, not a hang)
+ENV_STALL = "HAL_LINKS_TEST_STALL_NODE"
 
 
 # -- pure parts --------------------------------------------------------------------------------
@@ -107,7 +110,7 @@ def analyse_links(matrix: Sequence[Sequence[Optional[float]]], labels: Optional[
     def pair_name(a, b):
         return f"{_label(labels, a)} <-> {_label(labels, b)}"
     for (a, b), why in sorted(errors.items()):
-        text = f"{pair_name(a, b)}: no figure ({why})"
+        text = f"{pair_name(a, b)}: failed: {why}"
         out["dead_links"].append({"a": a, "b": b, "error": why, "text": text})
         out["lines"].append(text)
     slow = set()
@@ -250,6 +253,15 @@ def _wait(work, end: float) -> None:
         raise TimeoutError("deadline passed")
 
 
+def _why(exc: BaseException, deadline_s: float) -> str:
+    """One line for a failed transfer: the transport's own words without its source location."""
+    text = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+    text = re.sub(r"^\[[^\]]*\]\s*", "", text)
+    if "timed out" in text.lower() or "deadline" in text.lower():
+        return f"no answer within {deadline_s:g} s ({text})"
+    return text
+
+
 def _round_trips(peer: int, first: bool, buf, warmup: int, iters: int, tag: int, deadline_s: float,
                  sync) -> dict:
     """Time ``iters`` round trips of ``buf`` with ``peer``; ``first`` sends first."""
@@ -266,10 +278,7 @@ def _round_trips(peer: int, first: bool, buf, warmup: int, iters: int, tag: int,
             if i >= warmup:
                 times.append(time.perf_counter() - t0)
     except (RuntimeError, TimeoutError) as exc:
-        text = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
-        if "timed out" in text.lower() or "deadline" in text.lower():
-            text = f"no answer within {deadline_s:g} s ({text})"
-        return {"error": text, "times_s": times}
+        return {"error": _why(exc, deadline_s), "times_s": times}
     size = buf.numel() * buf.element_size()
     mean = statistics.fmean(times)
     return {"gbps": 2 * size / mean / 1e9 if mean > 0 else None, "times_s": times}
@@ -289,30 +298,49 @@ def _run_pairs(ctx, rounds: Sequence[Sequence[Pair]], prefix: str, buf, warmup: 
             if me not in (a, b):
                 continue
             peer = b if me == a else a
+            if os.environ.get(ENV_STALL) == str(me):
+                time.sleep(ctx.timeout_s + 1)
+                continue
             if peer in absent:
                 rec = {"error": f"{ctx.node_label(peer)} did not arrive at round {r} within {ctx.timeout_s:g} s"}
             else:
                 rec = _round_trips(ctx.leaders[peer], me == a, buf, warmup, iters,
                                    tag=(_SEQ[0] % 1000) * 1000 + r, deadline_s=ctx.timeout_s, sync=sync)
-            if me == a or "error" in rec:
+            if me == a or "error" in rec:  # the lower node reports; either end reports a failure
                 ctx.store.set(f"{prefix}/pair/{a}-{b}/{me}", json.dumps(dict(rec, round=r)))
 
 
 def _collect(ctx, prefix: str, pairs: Sequence[Tuple[int, Pair]], deadline_s: float) -> List[dict]:
-    """Rank 0: the record of every ``(round, pair)``, from its lower node (or an error)."""
-    keys = [f"{prefix}/pair/{a}-{b}/{a}" for _, (a, b) in pairs]
-    got, _ = _wait_keys(ctx.store, keys, deadline_s)
+    """Rank 0: the record of every ``(round, pair)``, from its lower node or an error from either end."""
+    want = {p: [f"{prefix}/pair/{p[0]}-{p[1]}/{p[0]}", f"{prefix}/pair/{p[0]}-{p[1]}/{p[1]}"] for _, p in pairs}
+    got: Dict[Pair, dict] = {}
+    end = time.monotonic() + deadline_s
+    delay = 0.001
+    while len(got) < len(want) and time.monotonic() < end:
+        for p, keys in want.items():
+            for k in keys:
+                if p not in got and ctx.store.check([k]):
+                    got[p] = json.loads(ctx.store.get(k).decode())
+        time.sleep(delay)
+        delay = min(delay * 2, 0.05)
     out = []
-    for (r, (a, b)), k in zip(pairs, keys):
-        if k in got:
-            rec = json.loads(got[k])
-        else:
-            other = f"{prefix}/pair/{a}-{b}/{b}"
-            rec = json.loads(ctx.store.get(other).decode()) if ctx.store.check([other]) else {
-                "error": f"{ctx.node_label(a)} did not report within {deadline_s:g} s (its leader is gone?)"}
+    for r, (a, b) in pairs:
+        rec = got.get((a, b)) or {
+            "error": f"neither {ctx.node_label(a)} nor {ctx.node_label(b)} reported within {deadline_s:g} s"}
         out.append({"a": a, "b": b, "round": r, "gbps": rec.get("gbps"), "times_s": rec.get("times_s", []),
                     "error": rec.get("error")})
     return out
+
+
+def _finish(ctx, prefix: str, budget: float) -> None:
+    """Rank 0 says done; it returns once every rank has read that (or 10 s passed), because the
+    launcher's store lives with rank 0's node and ends with it."""
+    if ctx.rank == 0:
+        ctx.store.set(f"{prefix}/done", "1")
+        _wait_keys(ctx.store, [f"{prefix}/left/{r}" for r in range(1, ctx.world_size)], 10.0)
+    else:
+        _wait_keys(ctx.store, [f"{prefix}/done"], budget)
+        ctx.store.set(f"{prefix}/left/{ctx.rank}", "1")
 
 
 def measure_links(ctx, size: int = DEFAULT_BYTES, warmup: int = 1, iters: int = 3,
@@ -374,8 +402,7 @@ def measure_links(ctx, size: int = DEFAULT_BYTES, warmup: int = 1, iters: int = 
                 report["repair"] = judge_repair(recs2, analysis, labels, fraction)
         if ctx.rank == 0:
             report["seconds"] = time.monotonic() - t_start
-            ctx.store.set(f"{prefix}/done", "1")
-    _wait_keys(ctx.store, [f"{prefix}/done"], budget)
+    _finish(ctx, prefix, budget)
     return report
 
 
@@ -472,9 +499,7 @@ def measure_ladder(ctx, size: int = DEFAULT_BYTES, warmup: int = 1, iters: int =
                         times.append(time.perf_counter() - t0)
                 rec["time_s"] = statistics.fmean(times)
             except (RuntimeError, TimeoutError) as exc:
-                text = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
-                rec["error"] = (f"no answer within {ctx.timeout_s:g} s ({text})"
-                                if "time" in text.lower() or "deadline" in text.lower() else text)
+                rec["error"] = _why(exc, ctx.timeout_s)
             ctx.store.set(f"{prefix}/step{k}/rank{me}", json.dumps(rec))
         if ctx.rank == 0:
             steps = []
@@ -496,8 +521,7 @@ def measure_ladder(ctx, size: int = DEFAULT_BYTES, warmup: int = 1, iters: int =
                       "size": nbytes, "warmup": warmup, "iters": iters, "steps": steps,
                       "analysis": analyse_ladder(steps, labels, fraction),
                       "seconds": time.monotonic() - t_start}
-            ctx.store.set(f"{prefix}/done", "1")
-    _wait_keys(ctx.store, [f"{prefix}/done"], budget)
+    _finish(ctx, prefix, budget)
     for g in groups.values():
         if g is not None and g != dist.GroupMember.NON_GROUP_MEMBER:
             dist.destroy_process_group(g)
