@@ -428,8 +428,8 @@ def run_pairs(config: PairsConfig, context) -> Optional[dict]:
     if not _in_launcher():
         raise ValueError(f"--pairs measures the links between nodes; {PAIRS_USAGE}")
     own = not pg.is_initialized()
-    if own:
-        pg.init(timeout=config.timeout)
+    if own:  # the group's own timeout stays the usual one: ranks may start seconds apart
+        pg.init(timeout=max(config.timeout, pg.default_timeout()))
     try:
         me = pg.info()
         device = torch.device(me.device)
