@@ -518,7 +518,7 @@ def measure_ladder(ctx, size: int = DEFAULT_BYTES, warmup: int = 1, iters: int =
                                 error=None)
                 steps.append(step)
             report = {"nnodes": ctx.nnodes, "hosts": list(ctx.node_names), "labels": labels,
-                      "size": nbytes, "warmup": warmup, "iters": iters, "steps": steps,
+                      "device": str(buf.device), "size": nbytes, "warmup": warmup, "iters": iters, "steps": steps,
                       "analysis": analyse_ladder(steps, labels, fraction),
                       "seconds": time.monotonic() - t_start}
     _finish(ctx, prefix, budget)

@@ -56,7 +56,8 @@ def links(ctx) -> Optional[dict]:
     details = {"matrix_gbps": rep["matrix_gbps"], "hosts": rep["hosts"], "median_gbps": an["median_gbps"],
                "node_median_gbps": an["node_median_gbps"], "slow_links": an["slow_links"],
                "slow_nodes": an["slow_nodes"], "dead_links": an["dead_links"], "repair": rep["repair"],
-               "rounds": rep["rounds"], "size": rep["config"]["size"], "seconds": rep["seconds"],
+               "rounds": rep["rounds"], "size": rep["config"]["size"], "device": rep["device"],
+               "seconds": rep["seconds"],
                "matrix_text": format_matrix(rep)}
     n_links = rep["nnodes"] * (rep["nnodes"] - 1) // 2
     rounds = f"{n_links} link{'s' if n_links > 1 else ''} in {len(rep['rounds'])} round(s)"
@@ -103,7 +104,7 @@ def scale_ladder(ctx) -> Optional[dict]:
         return None
     fell = rep["analysis"]["fell"]
     details = {"steps": rep["steps"], "fell": fell, "hosts": rep["hosts"], "size": rep["size"],
-               "seconds": rep["seconds"]}
+               "device": rep["device"], "seconds": rep["seconds"]}
     if fell is None:
         return {"status": "OK", "summary": rep["analysis"]["text"], "details": details, "fix": ""}
     who = rep["labels"][fell["added_node"]]

@@ -5,6 +5,8 @@ Rank 0 writes ``{"links": ..., "scale_ladder": ...}`` as JSON to ``$HAL_LINKS_OU
 import json
 import os
 
+import torch
+
 from hal.dist import process_group as pg
 from hal.doctor.cluster_context import from_launcher_env
 from hal.doctor.cluster_links import links, scale_ladder
@@ -13,7 +15,7 @@ from hal.doctor.cluster_links import links, scale_ladder
 def main():
     timeout = float(os.environ.get("HAL_LINKS_TIMEOUT", "30"))
     me = pg.init(timeout=timeout)
-    ctx = from_launcher_env(pg.STATE.store, backend=me.backend, timeout_s=timeout)
+    ctx = from_launcher_env(pg.STATE.store, backend=me.backend, timeout_s=timeout, device=torch.device(me.device))
     out = {"links": links(ctx), "scale_ladder": scale_ladder(ctx)}
     if ctx.rank == 0:
         with open(os.environ["HAL_LINKS_OUT"], "w", encoding="utf-8") as f:
