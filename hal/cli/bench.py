@@ -26,6 +26,7 @@ and exits 1 when a link fails, is below that fraction, or below --min-link-bw:
   torchrun --nnodes 4 --nproc-per-node 1 --rdzv-backend c10d --rdzv-endpoint HOST:PORT \\
       -m hal bench --pairs                            16 MiB transfers, 1 warm-up + 3 timed
   ... -m hal bench --pairs --size 64M --min-link-bw 10 --json    fail below 10 GB/s too
+  ... -m hal bench --pairs --ladder     and all_reduce over 2, 3, ... N nodes: where it falls off
 With --pairs, --timeout is each transfer's deadline (default 30 s): a dead link is named, not
 waited on for minutes; --warmup and --iters default to 1 and 3.
 
@@ -73,6 +74,9 @@ def add_parser(sub):
     p.add_argument("--save", default=None, metavar="FILE", help="write the JSON report here (atomically)")
     p.add_argument("--pairs", action="store_true",
                    help="measure the node x node link matrix instead of a collective (see below)")
+    p.add_argument("--ladder", action="store_true",
+                   help="with --pairs: also all_reduce over the first 2, 3, ... N nodes, naming where "
+                        "bus bandwidth falls below --min-link-fraction of the best earlier step")
     p.add_argument("--size", default="16M", help="with --pairs: bytes per transfer (default 16M)")
     p.add_argument("--min-link-bw", type=float, default=None, metavar="GB/s",
                    help="with --pairs: fail when a link is below this")
@@ -102,6 +106,8 @@ def _run_pairs(args) -> int:
     from hal.doctor.cluster_context import from_launcher_env
 
     try:
+        if args.ladder and not args.pairs:
+            raise ValueError("--ladder goes with --pairs: hal bench --pairs --ladder")
         if args.collective:
             raise ValueError(f"--pairs measures node links with send/recv, not {args.collective}; "
                              f"drop the collective, or run it separately")
@@ -109,7 +115,8 @@ def _run_pairs(args) -> int:
                           min_link_bw=args.min_link_bw,
                           warmup=1 if args.warmup is None else args.warmup,
                           iters=3 if args.iters is None else args.iters,
-                          timeout=30.0 if args.timeout is None else args.timeout).validate()
+                          timeout=30.0 if args.timeout is None else args.timeout,
+                          ladder=args.ladder).validate()
         if args.nproc is not None:
             raise ValueError(f"--pairs measures the links between nodes, -n starts ranks on this one; "
                              f"drop -n and {PAIRS_USAGE}")
@@ -126,7 +133,7 @@ def run(args) -> int:
     from hal.dist.bench import BenchConfig, format_text, parse_size
     from hal.dist.bench import run as bench_run
 
-    if args.pairs:
+    if args.pairs or args.ladder:
         return _run_pairs(args)
     try:
         if args.collective is None:

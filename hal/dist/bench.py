@@ -392,6 +392,8 @@ class PairsConfig:
     min_link_fraction: float = 0.5
     min_link_bw: Optional[float] = None
     timeout: float = 30.0
+    #: also the all-reduce scale ladder over the first 2, 3, ... N nodes
+    ladder: bool = False
 
     def validate(self) -> "PairsConfig":
         if self.size < 4:
@@ -422,7 +424,7 @@ def run_pairs(config: PairsConfig, context) -> Optional[dict]:
     import torch
 
     from hal.dist import process_group as pg
-    from hal.dist.links import measure_links
+    from hal.dist.links import measure_ladder, measure_links
 
     config.validate()
     if not _in_launcher():
@@ -437,9 +439,14 @@ def run_pairs(config: PairsConfig, context) -> Optional[dict]:
         if ctx.nnodes < 2:
             raise ValueError(f"--pairs needs 2 or more nodes, this job has 1 ({ctx.world_size} rank(s) "
                              f"on one node); {PAIRS_USAGE}")
+        where = None if device.type == "cpu" else device
         report = measure_links(ctx, size=config.size, warmup=config.warmup, iters=config.iters,
-                               fraction=config.min_link_fraction, min_gbps=config.min_link_bw,
-                               device=None if device.type == "cpu" else device)
+                               fraction=config.min_link_fraction, min_gbps=config.min_link_bw, device=where)
+        if config.ladder:
+            ladder = measure_ladder(ctx, size=config.size, warmup=config.warmup, iters=config.iters,
+                                    fraction=config.min_link_fraction, device=where)
+            if report is not None:
+                report["ladder"] = ladder
     finally:
         if own:
             pg.destroy()
@@ -466,6 +473,10 @@ def judge_pairs(report: dict) -> dict:
                       "detail": below[0]["text"] + (f" (and {len(below) - 1} more)" if len(below) > 1 else "")
                       if below else (f"lowest link {low:.3g} GB/s vs minimum {an['min_gbps']:g} GB/s"
                                      if low is not None else "no figures")})
+    ladder = report.get("ladder")
+    if ladder:
+        gates.append({"gate": "scale_ladder", "passed": ladder["analysis"]["fell"] is None,
+                      "detail": ladder["analysis"]["text"]})
     return dict(report, gates=gates, passed=all(g["passed"] for g in gates))
 
 
@@ -499,6 +510,20 @@ def format_pairs(report: dict) -> str:
         lines.append(f"# re-pair      : {line}")
     if not (an["dead_links"] or an["slow_links"] or an["below_min"]):
         lines.append("# every link answered, none below the bars")
+    ladder = report.get("ladder")
+    if ladder:
+        lines.append("#")
+        lines.append(f"# scale ladder: all_reduce of {ladder['size']} bytes over the first k nodes' leaders "
+                     f"(busbw = algbw x 2(k-1)/k)")
+        lines.append("# %6s  %10s  %8s  %8s  %s" % ("nodes", "time(us)", "algbw", "busbw", "joined"))
+        for st in ladder["steps"]:
+            joined = ladder["labels"][st["added_node"]]
+            if st["busbw_gbps"] is None:
+                lines.append("  %6d  %10s  %8s  %8s  %s: %s" % (st["nodes"], "-", "-", "-", joined, st["error"]))
+            else:
+                lines.append("  %6d  %10s  %8.3f  %8.3f  %s" % (st["nodes"], _fmt_time(st["time_us"]),
+                                                               st["algbw_gbps"], st["busbw_gbps"], joined))
+        lines.append(f"# ladder       : {ladder['analysis']['text']}")
     for g in report.get("gates", []):
         lines.append(f"# gate {g['gate']:<17}: {'PASS' if g['passed'] else 'FAIL'}  {g['detail']}")
     return "\n".join(lines)
