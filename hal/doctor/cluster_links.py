@@ -70,7 +70,8 @@ def links(ctx) -> Optional[dict]:
         found += [s["text"] for s in an["slow_links"]]
     else:
         slow_nodes = {s["node"] for s in an["slow_nodes"]}
-        found += [s["text"] for s in an["slow_links"] if not {s["a"], s["b"]} & slow_nodes]
+        found.append("slowest link " + an["slow_links"][0]["text"])
+        found += [s["text"] for s in an["slow_links"][1:] if not {s["a"], s["b"]} & slow_nodes]
     if rep["repair"]:
         found.append(rep["repair"]["text"])
     labels = rep["labels"]
