@@ -410,7 +410,8 @@ def plan_repair(analysis: dict) -> List[Pair]:
     """Which nodes to re-pair, each alone with a healthy one: ``[(suspect, helper), ...]``.
 
     The suspect is the slow node (the slowest, when several) or, without one, both ends of the
-    slowest link; helpers are the other nodes, fastest first.  Empty when nothing is slow.
+    slowest link; helpers are the other nodes, fastest first, a different one per suspect (so the
+    re-pairs run as one round), never across a failed link.  Empty when nothing is slow.
     """
     med = analysis["node_median_gbps"]
     if analysis["slow_nodes"]:
@@ -422,7 +423,14 @@ def plan_repair(analysis: dict) -> List[Pair]:
         return []
     helpers = sorted((i for i in range(len(med)) if i not in suspects and med[i] is not None),
                      key=lambda i: (-med[i], i))
-    return list(zip(suspects, helpers))
+    dead = {(d["a"], d["b"]) for d in analysis["dead_links"]}
+    plan: List[Pair] = []
+    for s in suspects:  # each with the fastest unused helper it has a working link to
+        h = next((h for h in helpers if (min(s, h), max(s, h)) not in dead), None)
+        if h is not None:
+            helpers.remove(h)
+            plan.append((s, h))
+    return plan
 
 
 def judge_repair(recs: Sequence[dict], analysis: dict, labels: Optional[Sequence[str]] = None,

@@ -43,6 +43,10 @@ def test_one_slow_node_is_named_with_its_links_and_figures():
     assert an["slow_nodes"][0]["text"].startswith("node 3 (d) is slow: 3 of its 3 links below 0.5x the median")
     assert (an["slowest_node"], an["fastest_node"]) == (3, 0)
     assert plan_repair(an) == [(3, 0)]  # the slowest re-paired with the fastest
+    m[0][3] = m[3][0] = None
+    assert plan_repair(analyse_links(m, LABELS, errors={(0, 3): "no answer"}))[0][0] == 3
+    assert plan_repair(analyse_links(m, LABELS, errors={(0, 3): "no answer"}))[0][1] != 0  # not across it
+    m[0][3] = m[3][0] = S
     rep = judge_repair([{"suspect": 3, "helper": 0, "gbps": 0.031, "error": None}], an, LABELS)
     assert rep["confirmed_nodes"] == [3] and "node 3 (d) confirmed" in rep["text"]
 
