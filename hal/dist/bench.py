@@ -337,8 +337,8 @@ def format_text(report: dict) -> str:
     c = report["config"]
     n = report["world_size"]
     hosts = report.get("hosts") or []
-    lines = [f"# hal bench {report['collective']}  nranks {n} nnodes {len(hosts) or 1} minBytes {c['min_bytes']} maxBytes "
-             f"{c['max_bytes']} step: {c['step_bytes'] or c['step_factor']}"
+    lines = [f"# hal bench {report['collective']}  nranks {n} nnodes {len(hosts) or 1} minBytes "
+             f"{c['min_bytes']} maxBytes {c['max_bytes']} step: {c['step_bytes'] or c['step_factor']}"
              f"({'bytes' if c['step_bytes'] else 'factor'}) warmup iters: {c['warmup']} iters: "
              f"{c['iters']} validation: {int(bool(c['check']))} backend: {report['backend']}",
              "#", "# Using devices",
