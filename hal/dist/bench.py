@@ -191,6 +191,10 @@ def rank_main(config: dict) -> Optional[dict]:
     if cfg.collective == "broadcast" and not 0 <= cfg.root < n:
         raise ValueError(f"broadcast root {cfg.root} is not a rank of this job (0..{n - 1}); pass -r 0..{n - 1}")
     precheck("bench", json.dumps(config, sort_keys=True))  # every rank runs the same sweep
+    from hal.dist.links import job_hosts
+    from hal.dist.process_group import STATE
+
+    hosts = job_hosts(STATE.store, me.timeout_s)
     sync = (lambda: None) if device.type == "cpu" else backend.synchronize
     dev_name = backend.device_name() if device.type != "cpu" else socket.gethostname()
     rows = []
@@ -237,7 +241,8 @@ def rank_main(config: dict) -> Optional[dict]:
             "algbw": algbw, "busbw": algbw * bus_factor(cfg.collective, n), "wrong": wrong,
             "p50_us": _pct(per_iter_max, 50) * 1e6, "p99_us": _pct(per_iter_max, 99) * 1e6,
         })
-    return {"schema": SCHEMA, "collective": cfg.collective, "world_size": n, "backend": me.backend,
+    return {"schema": SCHEMA, "collective": cfg.collective, "world_size": n, "nnodes": len(hosts),
+            "hosts": hosts, "backend": me.backend,
             "device": me.device, "device_name": dev_name, "hal_backend": backend_name(),
             "config": {k2: v for k2, v in config.items()}, "rows": out_rows,
             "avg_busbw": statistics.fmean(r["busbw"] for r in out_rows) if out_rows else 0.0,
@@ -331,13 +336,18 @@ def format_text(report: dict) -> str:
     """The report in nccl-tests' layout (header, columns, footer), plus hal's percentiles."""
     c = report["config"]
     n = report["world_size"]
-    lines = [f"# hal bench {report['collective']}  nranks {n} minBytes {c['min_bytes']} maxBytes "
-             f"{c['max_bytes']} step: {c['step_bytes'] or c['step_factor']}"
+    hosts = report.get("hosts") or []
+    lines = [f"# hal bench {report['collective']}  nranks {n} nnodes {len(hosts) or 1} minBytes "
+             f"{c['min_bytes']} maxBytes {c['max_bytes']} step: {c['step_bytes'] or c['step_factor']}"
              f"({'bytes' if c['step_bytes'] else 'factor'}) warmup iters: {c['warmup']} iters: "
              f"{c['iters']} validation: {int(bool(c['check']))} backend: {report['backend']}",
              "#", "# Using devices",
              f"#  Rank  0 Group  0 on {report['device_name']} device {report['device']} "
-             f"({report['hal_backend']}; {n} rank{'s' if n > 1 else ''})", "#"]
+             f"({report['hal_backend']}; {n} rank{'s' if n > 1 else ''})"]
+    per = n // len(hosts) if hosts else n
+    for i, h in enumerate(hosts if len(hosts) > 1 else []):
+        lines.append(f"#  Node {i:2d} on {h or '?'} ranks {i * per}-{(i + 1) * per - 1}")
+    lines.append("#")
     lines.append("#" + " " * 62 + "out-of-place" + " " * 23 + "in-place          ")
     lines.append("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s %6s  %7s  %6s  %6s %6s" % (
         "size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong",
@@ -365,3 +375,155 @@ def format_text(report: dict) -> str:
 
 def _fmt_time(us: float) -> str:
     return f"{us:.1f}" if us < 1e6 else f"{us:.0f}"
+
+
+# -- hal bench --pairs: the node x node link matrix -----------------------------------------------
+@dataclass
+class PairsConfig:
+    """One ``hal bench --pairs`` run (inside a multi-node launcher: one leader per node measures).
+
+    ``timeout`` is each transfer's deadline (and the process group's): a link that does not answer
+    within it is named as failed instead of hanging.
+    """
+
+    size: int = 16 << 20
+    warmup: int = 1
+    iters: int = 3
+    min_link_fraction: float = 0.5
+    min_link_bw: Optional[float] = None
+    timeout: float = 30.0
+    #: also the all-reduce scale ladder over the first 2, 3, ... N nodes
+    ladder: bool = False
+
+    def validate(self) -> "PairsConfig":
+        if self.size < 4:
+            raise ValueError(f"--size must be at least 4 bytes, got {self.size}")
+        if self.iters < 1 or self.warmup < 0:
+            raise ValueError(f"need iters >= 1 and warmup >= 0, got {self.iters} and {self.warmup}")
+        if not 0 < self.min_link_fraction <= 1:
+            raise ValueError(f"--min-link-fraction must be in (0, 1], got {self.min_link_fraction:g}")
+        if self.min_link_bw is not None and self.min_link_bw < 0:
+            raise ValueError(f"--min-link-bw must be >= 0 GB/s, got {self.min_link_bw:g}")
+        return self
+
+
+PAIRS_USAGE = ("run it on every node under torch's launcher, one process per node is enough: "
+               "torchrun --nnodes N --nproc-per-node 1 --rdzv-backend c10d --rdzv-endpoint HOST:PORT "
+               "-m hal bench --pairs")
+
+
+def run_pairs(config: PairsConfig, context) -> Optional[dict]:
+    """Measure and judge the node x node link matrix; the library call behind ``hal bench --pairs``.
+
+    :param context: ``context(store, backend=..., timeout_s=..., device=...)`` builds the job's
+        :class:`hal.doctor.cluster_context.ClusterContext` (``from_launcher_env``).
+    :return: on global rank 0 the report (schema ``hal.bench.pairs/1``) with ``gates`` and
+        ``passed``; None on the other ranks.
+    :raises ValueError: outside a launcher, or with one node.
+    """
+    import torch
+
+    from hal.dist import process_group as pg
+    from hal.dist.links import measure_ladder, measure_links
+
+    config.validate()
+    if not _in_launcher():
+        raise ValueError(f"--pairs measures the links between nodes; {PAIRS_USAGE}")
+    own = not pg.is_initialized()
+    if own:  # the group's own timeout stays the usual one: ranks may start seconds apart
+        pg.init(timeout=max(config.timeout, pg.default_timeout()))
+    try:
+        me = pg.info()
+        device = torch.device(me.device)
+        ctx = context(pg.STATE.store, backend=me.backend, timeout_s=config.timeout, device=device)
+        if ctx.nnodes < 2:
+            raise ValueError(f"--pairs needs 2 or more nodes, this job has 1 ({ctx.world_size} rank(s) "
+                             f"on one node); {PAIRS_USAGE}")
+        where = None if device.type == "cpu" else device
+        report = measure_links(ctx, size=config.size, warmup=config.warmup, iters=config.iters,
+                               fraction=config.min_link_fraction, min_gbps=config.min_link_bw, device=where)
+        if config.ladder:
+            ladder = measure_ladder(ctx, size=config.size, warmup=config.warmup, iters=config.iters,
+                                    fraction=config.min_link_fraction, device=where)
+            if report is not None:
+                report["ladder"] = ladder
+    finally:
+        if own:
+            pg.destroy()
+    return None if report is None else judge_pairs(report)
+
+
+def judge_pairs(report: dict) -> dict:
+    """Add ``gates`` and ``passed`` to a links report: every pair answered, no link below the bars."""
+    an = report["analysis"]
+    gates = []
+    dead = an["dead_links"]
+    gates.append({"gate": "links_complete", "passed": not dead,
+                  "detail": dead[0]["text"] if dead else f"{len(report['pairs'])} pair(s) answered"})
+    slow = an["slow_links"]
+    median = an["median_gbps"]
+    low = min((v for row in report["matrix_gbps"] for v in row if v is not None), default=None)
+    gates.append({"gate": "min_link_fraction", "passed": not slow,
+                  "detail": slow[0]["text"] + (f" (and {len(slow) - 1} more)" if len(slow) > 1 else "")
+                  if slow else (f"lowest link {low:.3g} GB/s, {low / median:.2f}x the median {median:.3g} GB/s "
+                                f"(bar {an['fraction']:g}x)" if low is not None and median else "no figures")})
+    if an["min_gbps"] is not None:
+        below = an["below_min"]
+        gates.append({"gate": "min_link_bw", "passed": not below,
+                      "detail": below[0]["text"] + (f" (and {len(below) - 1} more)" if len(below) > 1 else "")
+                      if below else (f"lowest link {low:.3g} GB/s vs minimum {an['min_gbps']:g} GB/s"
+                                     if low is not None else "no figures")})
+    ladder = report.get("ladder")
+    if ladder:
+        gates.append({"gate": "scale_ladder", "passed": ladder["analysis"]["fell"] is None,
+                      "detail": ladder["analysis"]["text"]})
+    return dict(report, gates=gates, passed=all(g["passed"] for g in gates))
+
+
+def format_pairs(report: dict) -> str:
+    """A links report as text: header, the matrix (GB/s one way), the findings, the gates."""
+    from hal.dist.links import format_matrix
+
+    c, an = report["config"], report["analysis"]
+    n = report["nnodes"]
+    links = n * (n - 1) // 2
+    lines = [f"# hal bench --pairs  nnodes {n} nranks {report['world_size']} size {c['size']} warmup "
+             f"{c['warmup']} iters {c['iters']} timeout {c['timeout_s']:g}s backend {report['backend']} "
+             f"device {report['device']}",
+             f"# {links} link(s) in {len(report['rounds'])} round(s) of disjoint pairs between node leaders; "
+             f"GB/s one way = 2 x size / round-trip time", "#"]
+    lines += format_matrix(report)
+    lines.append("#")
+    med = an["median_gbps"]
+    per = ", ".join(f"{i}: {'-' if m is None else f'{m:.3g}'}" for i, m in enumerate(an["node_median_gbps"]))
+    lines.append(f"# median link  : {'-' if med is None else f'{med:.3g} GB/s'} (each node's median link, "
+                 f"then the median of those; per node {per})")
+    for d in an["dead_links"]:
+        lines.append(f"# failed link  : {d['text']}")
+    for s in an["slow_links"]:
+        lines.append(f"# slow link    : {s['text']}")
+    for s in an["slow_nodes"]:
+        lines.append(f"# slow node    : {s['text']}")
+    for s in an["below_min"]:
+        lines.append(f"# below minimum: {s['text']}")
+    for line in (report.get("repair") or {}).get("lines", []):
+        lines.append(f"# re-pair      : {line}")
+    if not (an["dead_links"] or an["slow_links"] or an["below_min"]):
+        lines.append("# every link answered, none below the bars")
+    ladder = report.get("ladder")
+    if ladder:
+        lines.append("#")
+        lines.append(f"# scale ladder: all_reduce of {ladder['size']} bytes over the first k nodes' leaders "
+                     f"(busbw = algbw x 2(k-1)/k)")
+        lines.append("# %6s  %10s  %8s  %8s  %s" % ("nodes", "time(us)", "algbw", "busbw", "joined"))
+        for st in ladder["steps"]:
+            joined = ladder["labels"][st["added_node"]]
+            if st["busbw_gbps"] is None:
+                lines.append("  %6d  %10s  %8s  %8s  %s: %s" % (st["nodes"], "-", "-", "-", joined, st["error"]))
+            else:
+                lines.append("  %6d  %10s  %8.3f  %8.3f  %s" % (st["nodes"], _fmt_time(st["time_us"]),
+                                                               st["algbw_gbps"], st["busbw_gbps"], joined))
+        lines.append(f"# ladder       : {ladder['analysis']['text']}")
+    for g in report.get("gates", []):
+        lines.append(f"# gate {g['gate']:<17}: {'PASS' if g['passed'] else 'FAIL'}  {g['detail']}")
+    return "\n".join(lines)

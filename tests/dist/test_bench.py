@@ -3,7 +3,10 @@ import json
 import os
 import subprocess
 import sys
+from importlib import resources
 from pathlib import Path
+
+import jsonschema
 
 import pytest
 
@@ -44,6 +47,9 @@ def test_cli_all_reduce_prints_nccl_tests_columns_with_no_wrong_values(tmp_path)
     assert "# Out of bounds values : 0 OK" in out.stdout
     base = json.loads(save.read_text())
     assert base["schema"] == "hal.bench/1" and base["passed"]
+    assert base["nnodes"] == 1 and len(base["hosts"]) == 1  # local ranks: one node
+    schema = json.loads(resources.files("hal").joinpath("data/bench.schema.json").read_text())
+    jsonschema.validate(base, schema)
 
 
 def test_wrong_values_are_counted_and_fail_the_run():
