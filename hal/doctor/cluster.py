@@ -36,7 +36,6 @@ import errno
 import json
 import os
 import socket
-import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -61,6 +60,13 @@ ENV_RDZV_ENDPOINT = "HAL_DOCTOR_RDZV_ENDPOINT"
 #: set by ``hal doctor --nnodes``: local rank 0 writes the exit code there (torchrun itself exits 1)
 ENV_EXIT_FILE = "HAL_DOCTOR_EXIT_FILE"
 _TEST_HOOKS = (ENV_TEST_VERSIONS, ENV_TEST_CLOCK_OFFSET, ENV_TEST_CLOSED_PORTS)
+
+
+def schema_path():
+    """``hal/data/doctor-cluster.schema.json``, the published schema of the report."""
+    from pathlib import Path
+
+    return Path(__file__).resolve().parent.parent / "data" / "doctor-cluster.schema.json"
 
 
 def is_multi_node(env: Optional[Mapping[str, str]] = None) -> bool:
@@ -476,10 +482,10 @@ class Session:
             s0 = time.monotonic()
             res = fn()
             if self.ctx.rank == 0:
-                res = dict(res or cc.result(cc.SKIP, "no result"))
-                res.setdefault("fix", "")
-                res.setdefault("details", {})
-                checks.append({"name": name, **res, "seconds": time.monotonic() - s0})
+                res = res or cc.result(cc.SKIP, "no result")
+                checks.append({"name": name, "status": res.get("status", cc.FAIL),
+                               "summary": str(res.get("summary", "")), "details": res.get("details") or {},
+                               "fix": res.get("fix") or "", "seconds": time.monotonic() - s0})
         report = None
         if self.ctx.rank == 0:
             final = cc.overall(checks)
@@ -538,7 +544,6 @@ def run(ports: Sequence[int] = (), timeout: Optional[float] = None) -> Tuple[Opt
     t = float(timeout) if timeout is not None else DEFAULT_TIMEOUT_S
     store = launcher_store(timeout=t)
     ctx = from_launcher_env(store, timeout_s=t)
-    ctx.hostname = ctx.hostname or socket.gethostname()
     session = Session(ctx, ports)
     report, final = session.run()
     return report, final, ctx
