@@ -38,11 +38,17 @@ def _reference(values: Mapping[int, object]) -> object:
     return next(v for _, v in sorted(values.items()) if counts[v] == top)
 
 
-def software(nodes: Mapping[int, dict], label: Label, missing: Sequence[int] = ()) -> dict:
+def _within(waited_s: Optional[float]) -> str:
+    return f" within {waited_s:g} s" if waited_s else ""
+
+
+def software(nodes: Mapping[int, dict], label: Label, missing: Sequence[int] = (),
+             waited_s: Optional[float] = None) -> dict:
     """Same software everywhere: each fact of ``nodes[n]["software"]`` compared with the majority.
 
     :param nodes: node rank -> ``{"software": {name: value}, "local": [local check results]}``.
     :param missing: nodes that posted nothing within the time limit (a FAIL, named).
+    :param waited_s: that limit, for the message.
     """
     keys = sorted({k for rec in nodes.values() for k in rec.get("software", {})})
     differ, table = [], {}
@@ -69,7 +75,7 @@ def software(nodes: Mapping[int, dict], label: Label, missing: Sequence[int] = (
                   "text": f"{label(n)}: {c['name']} {c['status']}: {c['summary']}"}
                  for n, rec in sorted(nodes.items()) for c in rec.get("local", [])
                  if c["status"] in (WARN, FAIL) and c["name"] != "transport"]
-    gone = [f"{label(n)} did not post its versions" for n in missing]
+    gone = [f"{label(n)} did not post its versions{_within(waited_s)}" for n in missing]
     status = worst([FAIL] * bool(gone) + [d["status"] for d in differ] + [c["status"] for c in local_bad])
     details = dict(facts=table, differ=differ, local=local_bad, missing=list(missing))
     if status == OK:
@@ -102,7 +108,8 @@ def clock_offset(samples: Sequence[Sequence[float]]) -> Optional[dict]:
     return {"offset_s": (t1 + t4) / 2 - t2, "round_trip_s": rtt, "bound_s": rtt / 2, "samples": len(samples)}
 
 
-def clocks(offsets: Mapping[int, Optional[dict]], label: Label, missing: Sequence[int] = ()) -> dict:
+def clocks(offsets: Mapping[int, Optional[dict]], label: Label, missing: Sequence[int] = (),
+           waited_s: Optional[float] = None) -> dict:
     """Each node's clock against rank 0's: WARN above 100 ms, FAIL above 1 s (the offset less its bound)."""
     rows, bad = {}, []
     for n, est in sorted(offsets.items()):
@@ -116,7 +123,7 @@ def clocks(offsets: Mapping[int, Optional[dict]], label: Label, missing: Sequenc
             way = "ahead of" if est["offset_s"] > 0 else "behind"
             bad.append((st, f"{label(n)} is {abs(est['offset_s']):.3f} s {way} rank 0 "
                             f"(± {est['bound_s'] * 1e3:.1f} ms)"))
-    gone = [f"{label(n)} did not answer the clock exchange" for n in missing]
+    gone = [f"{label(n)} did not answer the clock exchange{_within(waited_s)}" for n in missing]
     status = worst([FAIL] * bool(gone) + [s for s, _ in bad])
     details = dict(offsets=rows, warn_s=CLOCK_WARN_S, fail_s=CLOCK_FAIL_S, missing=list(missing))
     if status == OK:
@@ -124,14 +131,18 @@ def clocks(offsets: Mapping[int, Optional[dict]], label: Label, missing: Sequenc
         most = (f"; largest offset {abs(big[1]['offset_s']) * 1e3:.1f} ms ({label(int(big[0]))}, "
                 f"± {big[1]['bound_s'] * 1e3:.1f} ms)") if big else ""
         return result(OK, f"{len(rows)} node clocks within {CLOCK_WARN_S * 1e3:.0f} ms of rank 0's{most}", **details)
-    return result(status, "; ".join(gone + [t for _, t in bad]),
-                  "synchronise the clocks (chrony or ntpd against one server on every node: "
-                  "'chronyc tracking' shows the offset); metrics and log time-stamps are compared across nodes",
-                  **details)
+    fix = []
+    if bad:
+        fix.append("synchronise the clocks (chrony or ntpd against one server on every node: 'chronyc "
+                   "tracking' shows the offset); metrics and log time-stamps are compared across nodes")
+    if gone:
+        fix.append("the named node stopped answering: look at its output (a hung doctor, a lost store "
+                   "connection)")
+    return result(status, "; ".join(gone + [t for _, t in bad]), "; ".join(fix), **details)
 
 
 def reachability(attempts: Sequence[dict], label: Label, loopback: Sequence[int] = (),
-                 missing: Sequence[int] = (), timeout_s: float = 2.5) -> dict:
+                 missing: Sequence[int] = (), timeout_s: float = 2.5, waited_s: Optional[float] = None) -> dict:
     """Every node reaches every other on the job's ports.
 
     :param attempts: ``{"from", "to", "address", "port", "what", "ok", "error", "seconds"}`` per try;
@@ -146,11 +157,11 @@ def reachability(attempts: Sequence[dict], label: Label, loopback: Sequence[int]
 
     lines = [f"{label(n)} would be reached at a loopback address: the other hosts cannot reach it there"
              for n in loopback]
-    lines += [f"{label(n)} did not post its reachability results" for n in missing]
+    lines += [f"{label(n)} did not post its reachability results{_within(waited_s)}" for n in missing]
     lines += [where(a) for a in failed]
     details = dict(attempts=list(attempts), failed=failed, loopback=list(loopback), missing=list(missing),
                    connect_timeout_s=timeout_s)
-    pairs = {(a["from"], a["to"]) for a in attempts}
+    pairs = {(a["from"], a["to"]) for a in attempts if a["to"] is not None}
     ports = sorted({a["port"] for a in attempts})
     if not lines:
         slow = max((a["seconds"] for a in attempts), default=0.0)
@@ -200,10 +211,12 @@ def transport(nodes: Mapping[int, dict], label: Label) -> dict:
     details = dict(nodes=per)
     if status == OK:
         return result(OK, shown, **details)
-    return result(status, "; ".join(t for _, t in notes) + f" ({shown})",
-                  "use the same network on every node: the same RDMA stack and port state, and the same "
-                  "interface variable (GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME / the vendor's) for every node",
-                  **details)
+    fix = ("use the same network on every node: the same RDMA stack and port state, and the same "
+           "interface variable (GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME / the vendor's) for every node"
+           if any("disagree" in t for _, t in notes) else
+           "run 'hal doctor --check transport' on the node named: RDMA devices, their port state and the "
+           "collective's switches are listed there")
+    return result(status, "; ".join(t for _, t in notes) + f" ({shown})", fix, **details)
 
 
 def process_group(outcomes: Mapping[int, Optional[str]], world_size: int, label_rank: Callable[[int], str],

@@ -21,26 +21,48 @@ from hal.doctor.cluster import schema_path
 pytestmark = [pytest.mark.dist, pytest.mark.cluster]
 
 
-def _agents(envs, *args, timeout=240):
+def _start(cmd, env, out_dir, name):
+    """One agent, its output in files (a hung peer holds no pipe of ours)."""
+    out, err = open(out_dir / f"{name}.out", "w"), open(out_dir / f"{name}.err", "w")
+    p = subprocess.Popen(cmd, stdout=out, stderr=err, text=True, env=env, start_new_session=True)
+    p.files = (out, err)
+    return p
+
+
+def _stop(procs):
+    """torchrun starts its workers in sessions of their own: SIGTERM lets it stop them, then SIGKILL."""
+    for p in procs:
+        if p.poll() is None:
+            p.terminate()
+    for p in procs:
+        try:
+            p.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+        for f in p.files:
+            f.close()
+
+
+def _read(out_dir, name):
+    return (out_dir / f"{name}.out").read_text(), (out_dir / f"{name}.err").read_text()
+
+
+def _agents(tmp_path, envs, *args, timeout=240):
     """Run ``hal doctor --nnodes N --rdzv-endpoint 127.0.0.1:PORT`` once per env; (rc, out, err) each."""
     ep = f"127.0.0.1:{free_port()}"
     procs = []
-    for extra in envs:
-        env = dict(os.environ, HAL_BACKEND="cpu", OMP_NUM_THREADS="1", **extra)
-        cmd = [sys.executable, "-m", "hal", "doctor", "--nnodes", str(len(envs)), "--rdzv-endpoint", ep, *args]
-        procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                                      start_new_session=True))
-    out = []
     try:
+        for i, extra in enumerate(envs):
+            env = dict(os.environ, HAL_BACKEND="cpu", OMP_NUM_THREADS="1", **extra)
+            cmd = [sys.executable, "-m", "hal", "doctor", "--nnodes", str(len(envs)), "--rdzv-endpoint", ep, *args]
+            procs.append(_start(cmd, env, tmp_path, f"agent{i}"))
+        deadline = time.monotonic() + timeout
         for p in procs:
-            stdout, stderr = p.communicate(timeout=timeout)
-            out.append((p.returncode, stdout, stderr))
+            p.wait(timeout=max(1.0, deadline - time.monotonic()))
     finally:
-        for p in procs:
-            if p.poll() is None:
-                os.killpg(p.pid, signal.SIGKILL)
-                p.communicate()
-    return out
+        _stop(procs)
+    return [(p.returncode, *_read(tmp_path, f"agent{i}")) for i, p in enumerate(procs)]
 
 
 def _report(runs):
@@ -49,9 +71,9 @@ def _report(runs):
     return reports[0]
 
 
-def test_one_node_with_another_torch_and_a_shifted_clock_is_named():
+def test_one_node_with_another_torch_and_a_shifted_clock_is_named(tmp_path):
     hooked = {"HAL_DOCTOR_TEST_VERSIONS": '{"torch": "2.12.0"}', "HAL_DOCTOR_TEST_CLOCK_OFFSET_S": "1.5"}
-    runs = _agents([{}, hooked], "--json")
+    runs = _agents(tmp_path, [{}, hooked], "--json")
     rep = _report(runs)
     jsonschema.validate(rep, json.loads(schema_path().read_text()))
     # every agent exits with the report's status, not torchrun's 1
@@ -78,11 +100,11 @@ def test_one_node_with_another_torch_and_a_shifted_clock_is_named():
     assert "hal doctor: rank 1, node" in other and "FAIL (exit 2)" in other
 
 
-def test_a_port_nobody_listens_on_is_named_with_the_pair_within_seconds():
+def test_a_port_nobody_listens_on_is_named_with_the_pair_within_seconds(tmp_path):
     port = free_port()
     closed = {"HAL_DOCTOR_TEST_CLOSED_PORTS": str(port)}
     t0 = time.monotonic()
-    runs = _agents([closed, closed], "--json", "--port", str(port), "--timeout", "15")
+    runs = _agents(tmp_path, [closed, closed], "--json", "--port", str(port), "--timeout", "15")
     took = time.monotonic() - t0
     rep = _report(runs)
     reach = next(c for c in rep["checks"] if c["name"] == "reachability")
@@ -95,3 +117,32 @@ def test_a_port_nobody_listens_on_is_named_with_the_pair_within_seconds():
     assert {(a["from"], a["to"], a["port"]) for a in failed} == {(0, 1, port), (1, 0, port)}
     assert [rc for rc, _, _ in runs] == [2, 2]
     assert took < 200
+
+
+def test_a_node_that_stops_answering_is_named_within_the_timeout(tmp_path):
+    """Node 1's doctor hangs at the clock exchange: node 0 reports it by name after --timeout, no
+    process group is attempted, and node 0 exits without waiting for it."""
+    ep = f"127.0.0.1:{free_port()}"
+    procs = []
+    try:
+        for n, extra in ((1, {}), (2, {"HAL_DOCTOR_TEST_HANG": "clocks"})):
+            env = dict(os.environ, HAL_BACKEND="cpu", OMP_NUM_THREADS="1", **extra)
+            # --local-addr orders the agents: 127.0.0.1 becomes node 0
+            cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1",
+                   "--rdzv-backend", "c10d", "--rdzv-endpoint", ep, "--local-addr", f"127.0.0.{n}",
+                   "-m", "hal", "doctor", "--json", "--timeout", "5"]
+            procs.append(_start(cmd, env, tmp_path, f"node{n}"))
+        procs[0].wait(timeout=180)
+    finally:
+        _stop(procs)
+    stdout, stderr = _read(tmp_path, "node1")
+    assert procs[0].returncode == 1 and "exitcode  : 2" in stderr  # torchrun's 1, the worker's 2
+    rep = json.loads(stdout)
+    checks = {c["name"]: c for c in rep["checks"]}
+    assert checks["software"]["status"] == "OK"
+    assert "node 1 (" in checks["clocks"]["summary"]
+    assert "did not answer the clock exchange within 5 s" in checks["clocks"]["summary"]
+    assert checks["clocks"]["seconds"] < 15
+    assert "did not post its reachability results within 5 s" in checks["reachability"]["summary"]
+    assert checks["process_group"]["status"] == "SKIP"
+    assert [n["test_hooks"] for n in rep["nodes"]] == [{}, {"HAL_DOCTOR_TEST_HANG": "clocks"}]
