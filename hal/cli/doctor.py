@@ -192,6 +192,10 @@ def run_shorthand(args) -> int:
 
     from hal.doctor.cluster import ENV_EXIT_FILE, ENV_RDZV_ENDPOINT
 
+    if args.every is not None or args.check or args.data or args.out:
+        print("hal doctor: error: --nnodes runs the cluster checks; --every, --check, --data and --out are "
+              "for one node (run 'hal doctor' there)", file=sys.stderr)
+        return 2
     if not args.rdzv_endpoint:
         print("hal doctor: error: --nnodes N needs --rdzv-endpoint HOST:PORT (a host every node reaches, "
               "usually the first node, and a free port)", file=sys.stderr)

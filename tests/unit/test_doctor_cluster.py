@@ -189,3 +189,22 @@ def test_multi_node_detection_and_endpoint():
     assert not cluster.is_multi_node({})
     assert cluster.rendezvous_endpoint({cluster.ENV_RDZV_ENDPOINT: "h:1"}) == "h:1"
     assert cluster._split_endpoint("[::1]:29400") == ("::1", 29400)
+
+
+def test_cluster_options_are_usage_errors_where_they_do_not_apply(monkeypatch, capsys):
+    from hal.cli import main
+
+    for var in ("WORLD_SIZE", "LOCAL_WORLD_SIZE"):
+        monkeypatch.delenv(var, raising=False)
+    assert main(["doctor", "--port", "29500"]) == 2
+    assert "--port is for the doctor across nodes" in capsys.readouterr().err
+    assert main(["doctor", "--nnodes", "2"]) == 2
+    assert "--nnodes N needs --rdzv-endpoint HOST:PORT" in capsys.readouterr().err
+    assert main(["doctor", "--nnodes", "2", "--rdzv-endpoint", "h:1", "--check", "devices"]) == 2
+    assert "--every, --check, --data and --out are for one node" in capsys.readouterr().err
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    assert main(["doctor", "--check", "devices"]) == 2
+    assert "across nodes the doctor runs its cluster checks" in capsys.readouterr().err
+    assert main(["doctor", "--timeout", "devices=3"]) == 2
+    assert "--timeout takes one number of seconds" in capsys.readouterr().err
