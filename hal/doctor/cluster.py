@@ -346,9 +346,10 @@ class Session:
         if ctx.is_leader and ctx.node_rank in self.present:
             res = self._reach_leader()
         if ctx.rank == 0 and res is not None:
-            node_fail = [a for a in res["details"]["failed"] if a["to"] is not None and a["what"] == "ephemeral"]
-            self.go_pg = not (self.present != list(range(ctx.nnodes)) or node_fail or res["details"]["loopback"]
-                              or res["details"]["missing"])
+            d = res["details"]
+            node_fail = [a for a in d["failed"] if a["to"] is not None and a["what"] == "ephemeral"]
+            self.go_pg = not (self.present != list(range(ctx.nnodes)) or node_fail or d["loopback"]
+                              or d["missing"] or d["unaddressed"])
             why = ("" if self.go_pg else "a node is missing, or the collective's ports are not reachable "
                                          "between the nodes (reachability)")
             self.x.post("plan/pg", {"go": self.go_pg, "why": why})
@@ -360,14 +361,17 @@ class Session:
     def _reach_leader(self) -> Optional[dict]:
         ctx = self.ctx
         me = ctx.node_rank
-        address = (self.me.get("collective") or {}).get("address") or "0.0.0.0"
-        lis = _Listeners(address, self.ports)
+        col = self.me.get("collective") or {}
+        address = col.get("address")
+        # without an address of its own the node still tries the others; nobody can try it
+        lis = _Listeners(address, self.ports) if address else None
         try:
-            self.x.post(f"listen/{me}", {"address": address, "ports": lis.offered, "notes": lis.notes})
+            self.x.post(f"listen/{me}", {"address": address, "ports": lis.offered if lis else [],
+                                         "notes": lis.notes if lis else [], "how": col.get("how")})
             got, missing, _ = self._gather_nodes("listen", self.present, self.t, "listening ports")
             targets = []
             for n, rec in sorted(got.items()):
-                if int(n) == me:
+                if int(n) == me or not rec["address"]:
                     continue
                 for p in rec["ports"]:
                     targets.append((int(n), rec["address"], p["port"], p["what"]))
@@ -400,15 +404,17 @@ class Session:
                 hosts = {f.get("host") for f in self.facts.values()}
                 loop = [n for n, f in sorted(got.items())
                         if len(hosts) > 1 and str(f["address"]).startswith("127.")]
+                unaddressed = {int(n): f.get("how") for n, f in got.items() if not f["address"]}
                 res = cc.reachability(all_attempts, self.label, [int(n) for n in loop],
-                                      sorted(set(late) | set(missing)), CONNECT_TIMEOUT_S, self.t)
+                                      sorted(set(late) | set(missing)), CONNECT_TIMEOUT_S, self.t, unaddressed)
                 res["details"]["listening"] = {str(n): v for n, v in got.items()}
                 self.x.post("reach/done", True)
             else:
                 self.x.one("reach/done", self.t * 2 + CONNECT_TIMEOUT_S * 2)
             return res
         finally:
-            lis.close()
+            if lis:
+                lis.close()
 
     def transport(self) -> Optional[dict]:
         if self.ctx.rank != 0:

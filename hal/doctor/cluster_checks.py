@@ -142,13 +142,16 @@ def clocks(offsets: Mapping[int, Optional[dict]], label: Label, missing: Sequenc
 
 
 def reachability(attempts: Sequence[dict], label: Label, loopback: Sequence[int] = (),
-                 missing: Sequence[int] = (), timeout_s: float = 2.5, waited_s: Optional[float] = None) -> dict:
+                 missing: Sequence[int] = (), timeout_s: float = 2.5, waited_s: Optional[float] = None,
+                 unaddressed: Optional[Mapping[int, str]] = None) -> dict:
     """Every node reaches every other on the job's ports.
 
     :param attempts: ``{"from", "to", "address", "port", "what", "ok", "error", "seconds"}`` per try;
         ``to`` is a node rank, or None for a service that is not one node's doctor (the store).
     :param loopback: nodes whose collective address is a loopback address on a multi-host job.
+    :param unaddressed: nodes with no address for their collective -> why (nobody can reach them).
     """
+    unaddressed = dict(unaddressed or {})
     failed = [a for a in attempts if not a["ok"]]
 
     def where(a):
@@ -157,10 +160,11 @@ def reachability(attempts: Sequence[dict], label: Label, loopback: Sequence[int]
 
     lines = [f"{label(n)} would be reached at a loopback address: the other hosts cannot reach it there"
              for n in loopback]
+    lines += [f"{label(n)} has no address for its collective: {why}" for n, why in sorted(unaddressed.items())]
     lines += [f"{label(n)} did not post its reachability results{_within(waited_s)}" for n in missing]
     lines += [where(a) for a in failed]
     details = dict(attempts=list(attempts), failed=failed, loopback=list(loopback), missing=list(missing),
-                   connect_timeout_s=timeout_s)
+                   unaddressed={str(n): w for n, w in unaddressed.items()}, connect_timeout_s=timeout_s)
     pairs = {(a["from"], a["to"]) for a in attempts if a["to"] is not None}
     ports = sorted({a["port"] for a in attempts})
     if not lines:
@@ -174,6 +178,9 @@ def reachability(attempts: Sequence[dict], label: Label, loopback: Sequence[int]
     if any(a["error"] == "timed out" for a in failed):
         fix.append(f"timed out after {timeout_s:g} s: a firewall drops the packets or the address is "
                    f"not routable from the other node; open the port, check the route")
+    if unaddressed:
+        fix.append("set the collective's interface variable to an interface that exists on the node "
+                   "('ip -4 addr' lists them)")
     if loopback:
         fix.append("give each node a host name that resolves to its own network address, or set the "
                    "collective's interface variable (GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME)")
@@ -204,8 +211,13 @@ def transport(nodes: Mapping[int, dict], label: Label) -> dict:
         values = {int(n): r[key] for n, r in per.items()}
         if len(set(values.values())) > 1:
             ref = _reference(values)
-            odd = [f"{label(n)} {what} {v}" for n, v in sorted(values.items()) if v != ref]
-            notes.append((WARN, f"nodes disagree on the {what}: {', '.join(odd)}; the others {ref}"))
+            counts = Counter(values.values())
+            if sum(1 for c in counts.values() if c == counts[ref]) > 1:  # no majority: name every node
+                notes.append((WARN, f"nodes disagree on the {what}: " + ", ".join(
+                    f"{label(n)} {v or 'none'}" for n, v in sorted(values.items()))))
+            else:
+                odd = [f"{label(n)} {what} {v or 'none'}" for n, v in sorted(values.items()) if v != ref]
+                notes.append((WARN, f"nodes disagree on the {what}: {', '.join(odd)}; the others {ref}"))
             status = worst([status, WARN])
     shown = ", ".join(f"{label(int(n))} {r['transport']} via {r['interface']} {r['address']}" for n, r in per.items())
     details = dict(nodes=per)

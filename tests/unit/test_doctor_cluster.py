@@ -208,3 +208,16 @@ def test_cluster_options_are_usage_errors_where_they_do_not_apply(monkeypatch, c
     assert "across nodes the doctor runs its cluster checks" in capsys.readouterr().err
     assert main(["doctor", "--timeout", "devices=3"]) == 2
     assert "--timeout takes one number of seconds" in capsys.readouterr().err
+
+
+def test_reachability_names_a_node_without_an_address_for_its_collective():
+    res = cc.reachability([_try(1, 0, 1)], label, unaddressed={1: "GLOO_SOCKET_IFNAME=ib9 matches no interface"})
+    assert res["status"] == "FAIL"
+    assert "node 1 (host-b) has no address for its collective: GLOO_SOCKET_IFNAME=ib9" in res["summary"]
+    assert "interface variable" in res["fix"]
+
+
+def test_transport_with_two_nodes_names_both_when_they_disagree():
+    res = cc.transport({0: _tr("TCP", "OK", None), 1: _tr("TCP", "OK", "lo")}, label)
+    assert res["status"] == "WARN"
+    assert "nodes disagree on the interface: node 0 (host-a) none, node 1 (host-b) lo" in res["summary"]
