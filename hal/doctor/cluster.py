@@ -119,18 +119,22 @@ class _Exchange:
 
     def gather(self, keys: Mapping[int, str], limit_s: float, spin: bool = False) -> Tuple[Dict[int, object], List[int]]:
         """Values of ``keys`` (id -> key) posted within ``limit_s``; and the ids that were not."""
-        deadline = time.monotonic() + limit_s
+        started = time.monotonic()
+        deadline = started + limit_s
         got: Dict[int, object] = {}
         delay = 0.002
         while True:
             for i, k in keys.items():
                 if i not in got and self.store.check([k]):
                     got[i] = json.loads(self.store.get(k))
-            if len(got) == len(keys) or time.monotonic() >= deadline:
+            now = time.monotonic()
+            if len(got) == len(keys) or now >= deadline:
                 return got, [i for i in keys if i not in got]
             if not spin:
                 time.sleep(delay)
                 delay = min(delay * 2, 0.05)
+            elif now > started + 0.02:  # a round trip is a few hundred microseconds: past that, yield
+                time.sleep(0.0005)
 
     def one(self, key: str, limit_s: float, spin: bool = False):
         got, _ = self.gather({0: key}, limit_s, spin)
@@ -261,9 +265,8 @@ class Session:
     def label_rank(self, rank: int) -> str:
         return f"rank {rank} ({self.label(self.ctx.node_of(rank))})"
 
-    def _gather_nodes(self, key: str, nodes: Sequence[int], limit_s: float, what: str):
-        got, missing = self.x.gather({n: f"{key}/{n}" for n in nodes}, limit_s)
-        return got, missing, [f"{self.label(n)} did not post its {what} within {limit_s:g} s" for n in missing]
+    def _gather_nodes(self, key: str, nodes: Sequence[int], limit_s: float):
+        return self.x.gather({n: f"{key}/{n}" for n in nodes}, limit_s)
 
     # -- the steps ------------------------------------------------------------------------------
     def meet(self) -> None:
@@ -291,7 +294,7 @@ class Session:
         res = None
         if ctx.rank == 0:
             limit = self.local_limit * 1.5 + self.t
-            got, missing, _ = self._gather_nodes("facts", range(ctx.nnodes), limit, "versions")
+            got, missing = self._gather_nodes("facts", range(ctx.nnodes), limit)
             self.facts = {int(n): v for n, v in got.items()}
             self.present = sorted(self.facts)
             res = cc.software(self.facts, self.label, missing, limit)
@@ -324,7 +327,7 @@ class Session:
                         missing.append(n)
                         break
                     self.x.post(f"clk/{n}/{k}/resp", _now())
-            got, late, _ = self._gather_nodes("clk/est", [n for n in others if n not in missing], self.t, "clock")
+            got, late = self._gather_nodes("clk/est", [n for n in others if n not in missing], self.t)
             offsets = {0: {"offset_s": 0.0, "round_trip_s": 0.0, "bound_s": 0.0, "samples": 0}}
             offsets.update({int(n): v for n, v in got.items()})
             return cc.clocks(offsets, self.label, missing + late, self.t)
@@ -368,7 +371,7 @@ class Session:
         try:
             self.x.post(f"listen/{me}", {"address": address, "ports": lis.offered if lis else [],
                                          "notes": lis.notes if lis else [], "how": col.get("how")})
-            got, missing, _ = self._gather_nodes("listen", self.present, self.t, "listening ports")
+            got, missing = self._gather_nodes("listen", self.present, self.t)
             targets = []
             for n, rec in sorted(got.items()):
                 if int(n) == me or not rec["address"]:
@@ -399,7 +402,7 @@ class Session:
             res = None
             if ctx.rank == 0:
                 limit = self.t + CONNECT_TIMEOUT_S * 2
-                got_r, late, _ = self._gather_nodes("reach", self.present, limit, "reachability results")
+                got_r, late = self._gather_nodes("reach", self.present, limit)
                 all_attempts = [a for n in sorted(got_r) for a in got_r[n]["attempts"]]
                 hosts = {f.get("host") for f in self.facts.values()}
                 loop = [n for n, f in sorted(got.items())
