@@ -487,7 +487,15 @@ class Session:
             s0 = time.monotonic()
             if self.ctx.is_leader and _named(ENV_HANG, name):  # test hook: this node stops answering
                 time.sleep(600)
-            res = fn()
+            try:
+                res = fn()
+            except Exception as exc:  # the doctor's own failure is this step's FAIL, never a crash
+                res = cc.result(cc.FAIL, f"{self.label_rank(self.ctx.rank)}: {type(exc).__name__}: {exc}",
+                                "a bug or an unusual set-up on that node: report it with this message")
+                if self.ctx.rank == 0:  # the others wait on rank 0's plans: tell them to stop
+                    self.go_pg = self.go_links = False
+                    self.x.post("plan/pg", {"go": False, "why": f"rank 0 failed in {name}"})
+                    self.x.post("plan/links", False)
             if self.ctx.rank == 0:
                 res = res or cc.result(cc.SKIP, "no result")
                 checks.append({"name": name, "status": res.get("status", cc.FAIL),
