@@ -39,10 +39,32 @@ patrol: --every runs devices, tiny_network, all_reduce_2, transport (and data wi
 --check says otherwise; records follow hal/data/doctor-patrol.schema.json (hal.doctor.patrol/1).
 SIGINT / SIGTERM stop it between rounds, or kill the round in progress, which is not recorded.
 
+across nodes (every process of a multi-node torchrun takes part; rank 0 prints the report, the
+others one line each):
+  torchrun --nnodes 4 --nproc-per-node 8 --rdzv-backend c10d --rdzv-endpoint host-a:29400 -m hal doctor
+                                          on each node; add --json for schema hal.doctor.cluster/1
+  hal doctor --nnodes 4 --rdzv-endpoint host-a:29400
+                                          the same through torchrun (run it on each node);
+                                          --nproc-per-node P (default 1)
+  hal doctor --nnodes 2 --rdzv-endpoint host-a:29400 --port 29500 --port 6000 --timeout 10
+                                          also test the job's own ports; name a node that does
+                                          not answer within 10 s
+cluster checks, in this order: software (torch, hal, backend, vendor stack, driver, device count
+per node, after each node's backends / devices / versions / transport checks), clocks (offset
+from rank 0 by NTP's method over store round trips: WARN > 100 ms, FAIL > 1 s), reachability
+(every node connects to every other, before any process group exists, on an ephemeral port and
+each --port, on the address its collective would use, and to the rendezvous store: 2.5 s per
+try), transport (RDMA or TCP and the collective's interface per node; WARN when they differ),
+process_group, links (node x node bandwidth), scale_ladder (all-reduce at 2, 4, ... nodes).
+Every wait on another node ends after --timeout (default 20 s) with that node named.
+
 exit status: 0 OK, 1 WARN, 2 FAIL (3: hal itself could not run); a patrol exits with its
-worst round's
+worst round's; across nodes every rank exits with the report's (torchrun itself then exits 1
+when it is not 0; hal doctor --nnodes exits with the report's)
 test hooks: HAL_DOCTOR_TEST_HANG=check[,check] makes a check hang; HAL_DOCTOR_TEST_ABORT=check
-makes it abort
+makes it abort; across nodes HAL_DOCTOR_TEST_VERSIONS='{"torch": "2.12.0"}' replaces what this
+node reports, HAL_DOCTOR_TEST_CLOCK_OFFSET_S=1.5 shifts its clock, HAL_DOCTOR_TEST_CLOSED_PORTS=
+29500[,ephemeral] keeps it from listening on those ports (as a firewall that rejects them)
 """
 _COLORS = {"OK": "green", "WARN": "yellow", "FAIL": "red", "SKIP": "dim"}
 
@@ -67,6 +89,14 @@ def add_parser(sub):
     p.add_argument("--count", type=int, metavar="N", help="with --every: stop after N rounds")
     p.add_argument("--out", metavar="FILE.jsonl",
                    help="append one record per round (schema hal.doctor.patrol/1) to this file, fsynced")
+    g = p.add_argument_group("across nodes (under a multi-node torchrun, or the shorthand --nnodes)")
+    g.add_argument("--nnodes", type=int, metavar="N",
+                   help="run the cluster doctor through torchrun on N nodes (run this on each node)")
+    g.add_argument("--rdzv-endpoint", metavar="HOST:PORT", help="with --nnodes: torchrun's c10d rendezvous endpoint")
+    g.add_argument("--nproc-per-node", type=int, default=1, metavar="P",
+                   help="with --nnodes: processes per node (default 1)")
+    g.add_argument("--port", type=int, action="append", default=None, metavar="PORT",
+                   help="a port the job uses on every node, tested between every pair of nodes (repeatable)")
     p.set_defaults(run=run)
 
 
@@ -144,11 +174,100 @@ def run_patrol(args) -> int:
     return res["exit_code"]
 
 
+def _cluster_timeout(values) -> float:
+    from hal.doctor.cluster import DEFAULT_TIMEOUT_S
+
+    t = _timeouts(values or [])
+    if isinstance(t, dict):
+        raise ValueError("across nodes --timeout takes one number of seconds (the limit of every wait on "
+                         "another node), not NAME=SECONDS")
+    return DEFAULT_TIMEOUT_S if t is None else t
+
+
+def run_shorthand(args) -> int:
+    """``hal doctor --nnodes N --rdzv-endpoint HOST:PORT``: the cluster doctor through torchrun."""
+    import os
+    import subprocess
+    import tempfile
+
+    from hal.doctor.cluster import ENV_EXIT_FILE, ENV_RDZV_ENDPOINT
+
+    if args.every is not None or args.check or args.data or args.out:
+        print("hal doctor: error: --nnodes runs the cluster checks; --every, --check, --data and --out are "
+              "for one node (run 'hal doctor' there)", file=sys.stderr)
+        return 2
+    if not args.rdzv_endpoint:
+        print("hal doctor: error: --nnodes N needs --rdzv-endpoint HOST:PORT (a host every node reaches, "
+              "usually the first node, and a free port)", file=sys.stderr)
+        return 2
+    if args.nnodes < 1 or args.nproc_per_node < 1:
+        print("hal doctor: error: --nnodes and --nproc-per-node must be at least 1", file=sys.stderr)
+        return 2
+    forward = (["--json"] if args.json else []) + sum((["--timeout", t] for t in args.timeout or []), []) + \
+        sum((["--port", str(p)] for p in args.port or []), [])
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(args.nnodes), "--nproc-per-node",
+           str(args.nproc_per_node), "--rdzv-backend", "c10d", "--rdzv-endpoint", args.rdzv_endpoint,
+           "-m", "hal", "doctor", *forward]
+    with tempfile.TemporaryDirectory(prefix="hal-doctor-") as tmp:
+        exit_file = os.path.join(tmp, "exit")
+        env = {**os.environ, ENV_RDZV_ENDPOINT: args.rdzv_endpoint, ENV_EXIT_FILE: exit_file}
+        rc = subprocess.call(cmd, env=env)
+        if os.path.exists(exit_file):
+            with open(exit_file) as f:
+                return int(f.read().strip() or 2)
+    print(f"hal doctor: torchrun exited with status {rc} before the cluster doctor reported; its "
+          f"messages above name the cause (rendezvous at {args.rdzv_endpoint} not reached, or fewer "
+          f"than {args.nnodes} nodes joined)", file=sys.stderr)
+    return 2
+
+
+def run_cluster(args) -> int:
+    """``hal doctor`` as one process of a multi-node torchrun job."""
+    import os
+
+    from hal.doctor import cluster
+
+    if args.every is not None or args.check or args.data or args.out:
+        print("hal doctor: error: across nodes the doctor runs its cluster checks; --every, --check, --data "
+              "and --out are for one node (run 'hal doctor' there)", file=sys.stderr)
+        return 2
+    try:
+        report, final, ctx = cluster.run(ports=args.port or [], timeout=_cluster_timeout(args.timeout))
+    except ValueError as exc:
+        print(f"hal doctor: error: {exc}", file=sys.stderr)
+        return 2
+    except Exception as exc:  # the store unreachable: hal.dist's error names it
+        print(f"hal doctor: rank {os.environ.get('RANK')}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 2
+    if report is not None:
+        if args.json:
+            print_json(report)
+        else:
+            color = use_color()
+            print(cluster.format_text(report, lambda s, c: paint(s, c, color)), flush=True)
+    else:
+        print(cluster.rank_line(ctx, final), file=sys.stderr if args.json else sys.stdout, flush=True)
+    exit_file = os.environ.get(cluster.ENV_EXIT_FILE)
+    if exit_file and ctx.local_rank == 0:
+        with open(exit_file, "w") as f:
+            f.write(str(final["exit_code"]))
+    return final["exit_code"]
+
+
 def run(args) -> int:
     from hal import doctor
 
     from hal.doctor import ORDER
+    from hal.doctor.cluster import is_multi_node
 
+    if args.nnodes is not None:
+        return run_shorthand(args)
+    if is_multi_node():
+        return run_cluster(args)
+    if args.port:
+        print("hal doctor: error: --port is for the doctor across nodes (under a multi-node torchrun, or "
+              "with --nnodes N --rdzv-endpoint HOST:PORT)", file=sys.stderr)
+        return 2
     if args.count is not None and args.every is None:
         print("hal doctor: error: --count N needs --every SECONDS (the interval between rounds)", file=sys.stderr)
         return 2

@@ -242,8 +242,27 @@ def _leave_together(store, prefix: str, rank: int, seen: dict, timeout_s: float)
         time.sleep(0.01)
 
 
+def launcher_store(timeout: Optional[float] = None):
+    """The launcher's rendezvous store (``MASTER_ADDR``/``MASTER_PORT``), connected as :func:`init` does.
+
+    Under torchrun it is a client of the store torchrun's agent on node 0 hosts
+    (``TORCHELASTIC_USE_AGENT_STORE=True``); otherwise rank 0 hosts it.  Pass it on to
+    ``init(store=...)`` to meet on the same connection (``hal doctor`` across nodes does).
+
+    :raises DistError: launcher variables missing; :raises RendezvousError: store unreachable.
+    """
+    timeout_s = float(timeout) if timeout is not None else default_timeout()
+    env = os.environ
+    rank, world_size = _env_int("RANK", env), _env_int("WORLD_SIZE", env)
+    addr, port = env.get("MASTER_ADDR"), _env_int("MASTER_PORT", env)
+    if rank is None or world_size is None or not addr or port is None:
+        raise DistError(f"RANK={rank!r} WORLD_SIZE={world_size!r} MASTER_ADDR={addr!r} MASTER_PORT={port!r}: "
+                        f"the launcher's store needs all four; launch with torchrun")
+    return _connect_store(addr, port, rank, world_size, timeout_s)
+
+
 def init(backend: Optional[str] = None, *, timeout: Optional[float] = None,
-         init_method: Optional[str] = None) -> DistInfo:
+         init_method: Optional[str] = None, store=None) -> DistInfo:
     """Initialise ``torch.distributed`` for the selected backend and bind this rank's device.
 
     Under ``torchrun`` (or any launcher that sets ``RANK``/``WORLD_SIZE``/``MASTER_ADDR``/
@@ -257,6 +276,8 @@ def init(backend: Optional[str] = None, *, timeout: Optional[float] = None,
         default ``HAL_DIST_TIMEOUT`` or 300.
     :param init_method: passed to torch as is (``"tcp://..."``, ``"file://..."``); hal's own
         rendezvous check is then skipped.
+    :param store: the launcher's store already connected (:func:`launcher_store`), used
+        instead of a new connection.
     :return: :class:`DistInfo` (rank, world size, local rank, backend string, device).
     :raises DistError: with the reason and the fix (unknown CCL, store unreachable, ranks missing,
         mismatched world size, LOCAL_RANK beyond the visible devices).
@@ -300,7 +321,8 @@ def init(backend: Optional[str] = None, *, timeout: Optional[float] = None,
         if not addr or port is None:
             raise DistError(f"RANK and WORLD_SIZE are set but MASTER_ADDR={addr!r} MASTER_PORT={port!r}; "
                             f"launch with torchrun, or set both to rank 0's address and a free port")
-        store = _connect_store(addr, port, rank, world_size, timeout_s)
+        if store is None:
+            store = _connect_store(addr, port, rank, world_size, timeout_s)
         _meet(store, prefix, rank, world_size, timeout_s)
         kwargs.update(store=dist.PrefixStore(f"{prefix}/pg", store), rank=rank, world_size=world_size)
     try:

@@ -8,7 +8,10 @@
 Checks (in order): ``backends``, ``devices``, ``versions``, ``data``, ``tiny_network``,
 ``all_reduce_2``, ``all_reduce_4``, ``all_reduce_8``, ``transport``.  Exit codes of the
 command: 0 OK, 1 WARN, 2 FAIL.  :mod:`hal.doctor.patrol` repeats the quick checks beside a
-running job (``hal doctor --every 300 --out health.jsonl``).
+running job (``hal doctor --every 300 --out health.jsonl``).  Under a multi-node torchrun,
+``hal doctor`` runs the cluster checks of :mod:`hal.doctor.cluster` instead (software, clocks,
+reachability, transport, process group, links, scale ladder; report schema
+``hal.doctor.cluster/1``).
 """
 from __future__ import annotations
 
