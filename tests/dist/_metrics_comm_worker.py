@@ -2,12 +2,14 @@
 
 ``slow_s`` makes every gradient all-reduce complete that many seconds late (a comm hook
 registered after ``metrics.watch`` whose future's callback sleeps on the collective's
-thread), as a slow link would.  Run under hal.dist.launch.spawn.
+thread), as a slow link would.  With ``reference=True`` (DDP) the same steps also run on an
+unwatched DDP copy and the largest parameter difference is returned: the watch must not change
+the training.  Run under hal.dist.launch.spawn.
 """
 import time
 
 
-def train(folder, kind="ddp", steps=12, slow_s=0.0, dim=256, layers=3, batch=256, run="exp"):
+def train(folder, kind="ddp", steps=12, slow_s=0.0, dim=256, layers=3, batch=256, run="exp", reference=False):
     import torch
     import torch.distributed as dist
 
@@ -19,7 +21,11 @@ def train(folder, kind="ddp", steps=12, slow_s=0.0, dim=256, layers=3, batch=256
     torch.manual_seed(0)
     model = torch.nn.Sequential(*[torch.nn.Sequential(torch.nn.Linear(dim, dim), torch.nn.ReLU())
                                   for _ in range(layers)]).to(hal.device())
+    ref = None
     if kind == "ddp":
+        if reference:
+            import copy
+            ref = torch.nn.parallel.DistributedDataParallel(copy.deepcopy(model))
         model = torch.nn.parallel.DistributedDataParallel(model)
     else:
         from torch.distributed.device_mesh import init_device_mesh
@@ -46,5 +52,12 @@ def train(folder, kind="ddp", steps=12, slow_s=0.0, dim=256, layers=3, batch=256
             opt.step()
             opt.zero_grad()
             metrics.log_step(step, samples=batch, loss=loss.item())
-    grads = [p.detach().cpu().sum().item() for p in model.parameters()]
-    return {"rank": rank, "params": grads}
+    diff = None
+    if ref is not None:
+        ref_opt = torch.optim.SGD(ref.parameters(), lr=1e-3)
+        for _ in range(steps):
+            ref(x).pow(2).mean().backward()
+            ref_opt.step()
+            ref_opt.zero_grad()
+        diff = max((a - b).abs().max().item() for a, b in zip(model.parameters(), ref.parameters()))
+    return {"rank": rank, "max_param_difference": diff}
