@@ -125,26 +125,26 @@ class CommWatch:
         inner = {"hook": None, "state": None}
         watch = self
 
-        def default(state, bucket):
-            tensor = bucket.buffer()
-            group = state if state is not None else c10d.group.WORLD
-            tensor.div_(group.size())
-            fut = c10d.all_reduce(tensor, group=group, async_op=True).get_future()
-            return fut.then(lambda f: f.value()[0])
-
         def hook(state, bucket):
             tensor = bucket.buffer()
-            if not watch._active:
-                return (inner["hook"] or default)(inner["state"] if inner["hook"] else state, bucket)
-            op = _Op(_Clock.now(tensor), tensor.numel() * tensor.element_size(), tensor.device.type != "cpu")
+            user = inner["hook"]
+            t0 = _Clock.now(tensor) if watch._active else None
+            if user is not None:
+                fut, value = user(inner["state"], bucket), _same
+            else:  # DDP's own: the bucket averaged by one all-reduce, as its built-in hook does
+                group = state if state is not None else c10d.group.WORLD
+                tensor.div_(group.size())
+                fut, value = group.allreduce([tensor]).get_future(), _first
+            if t0 is None:
+                return fut.then(value) if user is None else fut
+            op = _Op(t0, tensor.numel() * tensor.element_size(), tensor.device.type != "cpu")
             if bucket.is_last():
                 op.last_of = "ddp"
-            fut = (inner["hook"] or default)(inner["state"] if inner["hook"] else state, bucket)
             watch._add(op)
 
             def done(f):
                 op.t1 = _Clock.now(tensor)
-                return f.value()
+                return value(f)
 
             return fut.then(done)
 
@@ -227,6 +227,14 @@ class CommWatch:
         if self._active and self.kind == "fsdp2":
             _uninstall(self)
         self._active = False
+
+
+def _same(fut):
+    return fut.value()
+
+
+def _first(fut):
+    return fut.value()[0]
 
 
 def _is_fsdp2(model) -> bool:
