@@ -35,7 +35,7 @@ def add_parser(sub):
                        formatter_class=argparse.RawDescriptionHelpFormatter,
                        epilog="examples:\n  hal metrics summary run.jsonl\n  hal metrics summary --help")
     msub = p.add_subparsers(dest="metrics_command", metavar="ACTION")
-    s = msub.add_parser("summary", help="throughput drops and stragglers in a run",
+    s = msub.add_parser("summary", help="throughput drops, stragglers and communication-bound ranks in a run",
                         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     s.add_argument("files", nargs="+", metavar="FILE.jsonl", help="metrics files (one per rank)")
     s.add_argument("--threshold", type=float, default=0.7,
