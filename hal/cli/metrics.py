@@ -24,8 +24,10 @@ one drop.  With --health, each drop lists the patrol rounds that overlap its tim
 widened by --health-margin seconds.  Where the records carry communication time
 (MetricsLogger.watch(model)), each rank shows the share of its step time in collectives and
 in exposed ones (the training waited for them); above --comm-bound the rank is
-communication-bound, with what to try, and each drop shows its own exposed share.
-Exit status: 0 nothing found, 1 drops, stragglers, communication-bound ranks or health
+communication-bound, with what to try (unless another rank waited less and is below the
+bound: then the ranks above wait for that slower rank, not for the network), and each drop
+shows its own exposed share.
+Exit status: 0 nothing found, 1 drops, stragglers, communication-bound or waiting ranks or health
 rounds not OK found, 3 unreadable input.
 """
 
@@ -95,7 +97,8 @@ def run(args) -> int:
                     straggler_ratio=args.straggler_ratio, health=args.health,
                     health_margin=args.health_margin, comm_bound=args.comm_bound)
     found = (any(r["drops"] for r in rep["runs"]) or bool(rep["stragglers"]) or bool(rep["live_stragglers"])
-             or bool(rep.get("health", {}).get("not_ok")) or bool(rep["comm_bound_ranks"]))
+             or bool(rep.get("health", {}).get("not_ok")) or bool(rep["comm_bound_ranks"])
+             or bool(rep["comm_waiting_ranks"]))
     if args.json:
         print_json(rep)
         return 1 if found else 0
@@ -116,8 +119,10 @@ def run(args) -> int:
                     f"({_fmt(c['comm_time_s'] / c['steps'], 's')} and {_fmt(c['comm_exposed_s'] / c['steps'], 's')} "
                     f"per step, {c['count'] / c['steps']:.1f} collectives of {c['bytes'] / c['steps'] / 2**20:,.1f} "
                     "MiB per step)")
-            if c["bound"]:
+            if c["bound"] and r["rank"] in rep["comm_bound_ranks"]:
                 print(paint(line + f": communication-bound (exposed above {rep['comm_bound']:.0%})", "red", color))
+            elif c["bound"]:
+                print(paint(line + ": waiting for slower ranks", "yellow", color))
             else:
                 print(line)
         if not r["drops"]:
@@ -155,6 +160,14 @@ def run(args) -> int:
                     f"{rep['comm_bound']:.0%} of their step time; try:", "red", color))
         for a in rep["comm_advice"]:
             print(f"  - {a}")
+    if rep["comm_waiting_ranks"]:
+        least = min((r for r in rep["runs"] if r.get("comm")), key=lambda r: r["comm"]["exposed_share"])
+        ranks = ", ".join(str(x) for x in rep["comm_waiting_ranks"])
+        print(paint(f"waiting for slower ranks: rank(s) {ranks} waited for collectives more than "
+                    f"{rep['comm_bound']:.0%} of their step time, rank {least['rank']} only "
+                    f"{least['comm']['exposed_share']:.0%}: a collective ends when the last rank joins it, so they "
+                    f"wait for rank {least['rank']}'s work, not for the network; even out the ranks' work (data, "
+                    "shapes, a slow device: see the stragglers)", "yellow", color))
     for s in rep["stragglers"]:
         print(paint(f"straggler: rank {s['rank']} ({s['file']}) median step {_fmt(s['median_step_time_s'], 's')}, "
                     f"{s['vs_fastest']:.2f}x the fastest rank", "red", color))

@@ -10,7 +10,8 @@ is reported as a straggler.  Stragglers named live during the run (the ``events`
 Where the records carry communication time (``MetricsLogger.watch``), each rank gets the
 share of its step time spent in collectives and in *exposed* collectives (the training
 waited for them); a rank whose exposed share is above ``comm_bound`` is communication-bound,
-and each drop gets the exposed share of its own steps (``comm_bound`` when that share is above
+unless another rank waited less and is below it (then the ranks above wait for that slower
+rank, not for the network: ``comm_waiting_ranks``), and each drop gets the exposed share of its own steps (``comm_bound`` when that share is above
 ``comm_bound`` and above the whole run's: the drop is the network's).
 """
 from __future__ import annotations
@@ -132,6 +133,21 @@ def comm_share(records) -> Optional[dict]:
             "bytes": sum(r.get("comm_bytes") or 0 for r in rows)}
 
 
+def judge_comm(runs) -> tuple:
+    """``(communication-bound ranks, ranks waiting for slower ranks)`` from runs with ``comm``.
+
+    A collective completes when the last rank has joined it, so a rank's exposed time also
+    holds its wait for slower ranks.  The rank that waits least is the one the others wait
+    for: its exposed share is the network's alone.  When it is below the bound too, the
+    ranks above it wait for it (uneven work, a straggler), not for the network.
+    """
+    judged = [r for r in runs if r.get("comm")]
+    above = [r["rank"] for r in judged if r["comm"]["bound"]]
+    if above and len(judged) > 1 and not all(r["comm"]["bound"] for r in judged):
+        return [], above
+    return above, []
+
+
 def summarize(paths: Sequence, threshold: float = 0.7, window: int = 20,
               straggler_ratio: float = 1.2, health: Sequence = (), health_margin: float = 300.0,
               comm_bound: float = 0.3) -> dict:
@@ -201,10 +217,11 @@ def summarize(paths: Sequence, threshold: float = 0.7, window: int = 20,
             if fastest and m > straggler_ratio * fastest:
                 stragglers.append({"file": r["file"], "rank": r["rank"], "median_step_time_s": m,
                                    "vs_fastest": m / fastest})
-    bound = [r["rank"] for r in runs if r["comm"] and r["comm"]["bound"]]
+    bound, waiting = judge_comm(runs)
     rep = {"schema": SUMMARY_SCHEMA, "threshold": threshold, "window": window, "runs": runs,
            "stragglers": stragglers, "live_stragglers": live, "comm_bound": comm_bound,
-           "comm_bound_ranks": bound, "comm_advice": list(COMM_ADVICE) if bound else []}
+           "comm_bound_ranks": bound, "comm_waiting_ranks": waiting,
+           "comm_advice": list(COMM_ADVICE) if bound else []}
     if health:
         rep["health"] = {"files": [str(h) for h in health], "margin_s": health_margin, "rounds": len(rounds),
                          "not_ok": [brief(r) for r in rounds if r["status"] != "OK"],

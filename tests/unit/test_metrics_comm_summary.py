@@ -13,7 +13,7 @@ from hal.cli import main
 from hal.metrics._comm import union_length
 
 
-def _run(tmp_path, name, rows):
+def _run(tmp_path, name, rows, rank=0):
     """A metrics file whose steps have (step_time_s, comm_time_s, comm_exposed_s)."""
     with metrics.MetricsLogger(tmp_path, name) as log:
         for step, (t, _, _) in enumerate(rows, 1):
@@ -21,7 +21,7 @@ def _run(tmp_path, name, rows):
     path = tmp_path / f"{name}.jsonl"
     recs = [json.loads(x) for x in path.read_text().splitlines()]
     for r, (_, c, e) in zip(recs, rows):
-        r.update(comm_time_s=c, comm_exposed_s=e, comm_count=2, comm_bytes=1 << 20)
+        r.update(comm_time_s=c, comm_exposed_s=e, comm_count=2, comm_bytes=1 << 20, rank=rank)
     schema = json.loads(metrics.schema_path().read_text())
     for r in recs:
         jsonschema.validate(r, schema)
@@ -97,3 +97,19 @@ def test_comm_bound_must_be_a_share(tmp_path):
     path = _run(tmp_path, "x", [(0.1, 0.01, 0.0)] * 3)
     with pytest.raises(HalError, match="comm_bound=30: must be between 0 and 1"):
         metrics.summarize([path], comm_bound=30)
+
+
+def test_a_rank_that_waits_for_a_slower_rank_is_not_called_communication_bound(tmp_path, capsys):
+    # rank 0 finishes its work early and waits in every all-reduce for rank 1, which waits little
+    fast = _run(tmp_path, "r0", [(0.1, 0.06, 0.05)] * 20)
+    slow = _run(tmp_path, "r1", [(0.1, 0.02, 0.01)] * 20, rank=1)
+    rep = metrics.summarize([fast, slow])
+    assert rep["comm_bound_ranks"] == [] and rep["comm_waiting_ranks"] == [0] and rep["comm_advice"] == []
+    assert main(["metrics", "summary", fast, slow]) == 1
+    out = capsys.readouterr().out
+    assert ": waiting for slower ranks" in out and "communication-bound" not in out
+    assert ("waiting for slower ranks: rank(s) 0 waited for collectives more than 30% of their step time, "
+            "rank 1 only 10%") in out
+    # when every rank waits, the network is the cause
+    both = _run(tmp_path, "r1b", [(0.1, 0.06, 0.04)] * 20, rank=1)
+    assert metrics.summarize([fast, both])["comm_bound_ranks"] == [0, 1]
