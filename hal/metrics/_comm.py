@@ -130,13 +130,13 @@ class CommWatch:
             user = inner["hook"]
             t0 = _Clock.now(tensor) if watch._active else None
             if user is not None:
-                fut, value = user(inner["state"], bucket), _same
+                fut = user(inner["state"], bucket)
             else:  # DDP's own: the bucket averaged by one all-reduce, as its built-in hook does
                 group = state if state is not None else c10d.group.WORLD
                 tensor.div_(group.size())
-                fut, value = group.allreduce([tensor]).get_future(), _first
+                fut = group.allreduce([tensor]).get_future()
             if t0 is None:
-                return fut.then(value) if user is None else fut
+                return fut if user is not None else fut.then(_first)
             op = _Op(t0, tensor.numel() * tensor.element_size(), tensor.device.type != "cpu")
             if bucket.is_last():
                 op.last_of = "ddp"
@@ -144,8 +144,10 @@ class CommWatch:
 
             def done(f):
                 op.t1 = _Clock.now(tensor)
-                return value(f)
+                return f.value() if user is not None else f.value()[0]
 
+            # a future DDP waits for, so the completion is recorded before the backward pass returns
+            # (and a Python hook's future must hold the tensor itself, not the all-reduce's [tensor])
             return fut.then(done)
 
         ddp.register_comm_hook(ddp.process_group, hook)
@@ -227,10 +229,6 @@ class CommWatch:
         if self._active and self.kind == "fsdp2":
             _uninstall(self)
         self._active = False
-
-
-def _same(fut):
-    return fut.value()
 
 
 def _first(fut):
