@@ -25,7 +25,8 @@ import tempfile
 import time
 
 
-def step_job(folder: str, first: str, dim: int, layers: int, batch: int, steps: int, warmup: int) -> dict:
+def step_job(folder: str, first: str, dim: int, layers: int, batch: int, steps: int, warmup: int,
+             plain_hook: bool = False) -> dict:
     """One rank: two DDP models, watched and plain, stepped alternately; each one's median step time."""
     import torch
     import torch.distributed as dist
@@ -43,6 +44,9 @@ def step_job(folder: str, first: str, dim: int, layers: int, batch: int, steps: 
         metrics = hal.metrics.MetricsLogger(folder, key, straggler_factor=None)
         if key == "watch":
             metrics.watch(model)
+        elif plain_hook:  # torch's own all-reduce comm hook: what any comm hook costs DDP
+            from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+            model.register_comm_hook(None, allreduce_hook)
         jobs[key] = (model, torch.optim.SGD(model.parameters(), lr=1e-4), metrics, [], [], [])
     order = (first, "plain" if first == "watch" else "watch")
     for i in range(warmup + steps):
@@ -86,9 +90,11 @@ def main(argv=None) -> int:
     p.add_argument("--warmup", type=int, default=3, help="untimed steps first (default 3)")
     p.add_argument("--repeat", type=int, default=5, help="fresh jobs (default 5)")
     p.add_argument("--timeout", type=float, default=600, help="seconds one job may take (default 600)")
+    p.add_argument("--plain-hook", action="store_true",
+                   help="the baseline registers torch's own allreduce_hook (what any DDP comm hook costs)")
     p.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = p.parse_args(argv)
-    kw = {k: getattr(args, k) for k in ("dim", "layers", "batch", "steps", "warmup")}
+    kw = {k: getattr(args, k) for k in ("dim", "layers", "batch", "steps", "warmup", "plain_hook")}
     got = {"watch": [], "plain": []}
     ratios, cpu_ratios, comm, name = [], [], [], ""
     with tempfile.TemporaryDirectory() as tmp:
@@ -116,10 +122,11 @@ def main(argv=None) -> int:
     print(f"DDP step, 2 ranks ({name}): {args.layers} x Linear({args.dim}, {args.dim}) ({params / 1e6:.1f} M "
           f"parameters), batch {args.batch} per rank, SGD, log_step every step; median of {args.steps} steps per "
           f"job and contender, {args.repeat} jobs; {os.cpu_count()} CPU(s), load average {load[0]:.1f}")
-    for k, label in (("plain", "without watch (baseline)"), ("watch", "metrics.watch(model)")):
+    base = "torch's allreduce_hook (baseline)" if args.plain_hook else "without watch (baseline)"
+    for k, label in (("plain", base), ("watch", "metrics.watch(model)")):
         m, lo, hi = report["step_s"][k]
         tail = "" if k == "plain" else "   ratio {:.3f}x ({:.3f}-{:.3f}), goal <= 1.02x".format(*report["ratio"])
-        print(f"  {label:26} {m * 1e3:9.1f} ms ({lo * 1e3:.1f}-{hi * 1e3:.1f}){tail}")
+        print(f"  {label:34} {m * 1e3:9.1f} ms ({lo * 1e3:.1f}-{hi * 1e3:.1f}){tail}")
     print("  CPU time per step (the process's threads, gloo's included): ratio {:.3f}x ({:.3f}-{:.3f})".format(
         *report["cpu_ratio"]))
     print(f"  communication time recorded per step: {report['comm_s_median'] * 1e3:.1f} ms (median)")
