@@ -113,3 +113,12 @@ def test_a_rank_that_waits_for_a_slower_rank_is_not_called_communication_bound(t
     # when every rank waits, the network is the cause
     both = _run(tmp_path, "r1b", [(0.1, 0.06, 0.04)] * 20, rank=1)
     assert metrics.summarize([fast, both])["comm_bound_ranks"] == [0, 1]
+
+
+def test_prometheus_exports_the_communication_gauges(tmp_path):
+    path = _run(tmp_path, "prom", [(0.1, 0.06, 0.04)] * 2)
+    with open(path) as f:
+        rec = json.loads(f.read().splitlines()[-1])
+    text = metrics.prometheus_text(rec)
+    assert 'hal_comm_seconds{run="prom",rank="0",device="cpu"} 0.06' in text
+    assert 'hal_comm_exposed_seconds{run="prom",rank="0",device="cpu"} 0.04' in text
