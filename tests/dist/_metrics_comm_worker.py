@@ -9,7 +9,8 @@ the training.  Run under hal.dist.launch.spawn.
 import time
 
 
-def train(folder, kind="ddp", steps=12, slow_s=0.0, dim=256, layers=3, batch=256, run="exp", reference=False):
+def train(folder, kind="ddp", steps=12, slow_s=0.0, dim=256, layers=3, batch=256, run="exp", reference=False,
+          bucket_cap_mb=25):
     import torch
     import torch.distributed as dist
 
@@ -25,8 +26,8 @@ def train(folder, kind="ddp", steps=12, slow_s=0.0, dim=256, layers=3, batch=256
     if kind == "ddp":
         if reference:
             import copy
-            ref = torch.nn.parallel.DistributedDataParallel(copy.deepcopy(model))
-        model = torch.nn.parallel.DistributedDataParallel(model)
+            ref = torch.nn.parallel.DistributedDataParallel(copy.deepcopy(model), bucket_cap_mb=bucket_cap_mb)
+        model = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=bucket_cap_mb)
     else:
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import fully_shard
