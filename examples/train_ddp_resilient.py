@@ -107,7 +107,7 @@ def main(argv=None) -> int:
     step, epoch = (ck.step, ck.epoch or 0) if ck else (0, 0)
     faults = [("raise", *(int(v) for v in f.split(":"))) for f in args.raise_at.split(",") if f]
     faults += [("hang", *(int(v) for v in f.split(":"))) for f in args.hang_at.split(",") if f]
-    metrics = hal.metrics.MetricsLogger(out / "metrics", run="train")
+    metrics = hal.metrics.MetricsLogger(out / "metrics", run="train", comm=ddp)  # + communication time
     with saver, metrics:
         while step < args.steps:
             sampler.set_epoch(epoch)

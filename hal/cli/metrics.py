@@ -1,4 +1,5 @@
-"""``hal metrics summary``: where throughput dropped, and which ranks straggled."""
+"""``hal metrics summary``: where throughput dropped, which ranks straggled, and whether
+the run is communication-bound."""
 from __future__ import annotations
 
 import argparse
@@ -14,12 +15,20 @@ examples:
   hal metrics summary run.jsonl --json                 schema hal.metrics.summary/1
   hal metrics summary run.jsonl --health health.jsonl  each drop next to the health patrol
                                                        rounds (hal doctor --every) near it
+  hal metrics summary run.rank*.jsonl --comm-bound 0.2 communication-bound above 20% exposed
+                                                       communication (default 30%)
 
 A step is slow when its throughput (samples/s, else tokens/s, else steps/s) is below
 THRESHOLD x the median of the previous WINDOW normal steps; consecutive slow steps are
 one drop.  With --health, each drop lists the patrol rounds that overlap its time window
-widened by --health-margin seconds.  Exit status: 0 nothing found, 1 drops, stragglers or
-health rounds not OK found, 3 unreadable input.
+widened by --health-margin seconds.  Where the records carry communication time
+(MetricsLogger.watch(model)), each rank shows the share of its step time in collectives and
+in exposed ones (the training waited for them); above --comm-bound the rank is
+communication-bound, with what to try (unless another rank waited less and is below the
+bound: then the ranks above wait for that slower rank, not for the network), and each drop
+shows its own exposed share.
+Exit status: 0 nothing found, 1 drops, stragglers, communication-bound or waiting ranks or health
+rounds not OK found, 3 unreadable input.
 """
 
 
@@ -28,7 +37,7 @@ def add_parser(sub):
                        formatter_class=argparse.RawDescriptionHelpFormatter,
                        epilog="examples:\n  hal metrics summary run.jsonl\n  hal metrics summary --help")
     msub = p.add_subparsers(dest="metrics_command", metavar="ACTION")
-    s = msub.add_parser("summary", help="throughput drops and stragglers in a run",
+    s = msub.add_parser("summary", help="throughput drops, stragglers and communication-bound ranks in a run",
                         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     s.add_argument("files", nargs="+", metavar="FILE.jsonl", help="metrics files (one per rank)")
     s.add_argument("--threshold", type=float, default=0.7,
@@ -41,6 +50,9 @@ def add_parser(sub):
                         "the drops (repeatable)")
     s.add_argument("--health-margin", type=float, default=300.0, metavar="SECONDS",
                    help="a round is near a drop when it overlaps the drop's time +- this (default 300)")
+    s.add_argument("--comm-bound", type=float, default=0.3, metavar="SHARE",
+                   help="a rank is communication-bound when exposed communication is above this share of "
+                        "its step time (default 0.3)")
     s.add_argument("--json", action="store_true", help="print JSON (schema hal.metrics.summary/1)")
     s.set_defaults(run=run)
     p.set_defaults(run=lambda args: (p.print_help(), 2)[1])
@@ -83,9 +95,10 @@ def run(args) -> int:
     from hal.metrics import summarize
     rep = summarize(args.files, threshold=args.threshold, window=args.window,
                     straggler_ratio=args.straggler_ratio, health=args.health,
-                    health_margin=args.health_margin)
+                    health_margin=args.health_margin, comm_bound=args.comm_bound)
     found = (any(r["drops"] for r in rep["runs"]) or bool(rep["stragglers"]) or bool(rep["live_stragglers"])
-             or bool(rep.get("health", {}).get("not_ok")))
+             or bool(rep.get("health", {}).get("not_ok")) or bool(rep["comm_bound_ranks"])
+             or bool(rep["comm_waiting_ranks"]))
     if args.json:
         print_json(rep)
         return 1 if found else 0
@@ -100,6 +113,18 @@ def run(args) -> int:
                  if r["mem_peak_bytes"] else ""))
         for n in r["notes"]:
             print(paint(f"  note: {n}", "dim", color))
+        c = r.get("comm")
+        if c is not None:
+            line = (f"  communication {c['share']:.1%} of step time, exposed {c['exposed_share']:.1%} "
+                    f"({_fmt(c['comm_time_s'] / c['steps'], 's')} and {_fmt(c['comm_exposed_s'] / c['steps'], 's')} "
+                    f"per step, {c['count'] / c['steps']:.1f} collectives of {c['bytes'] / c['steps'] / 2**20:,.1f} "
+                    "MiB per step)")
+            if c["bound"] and r["rank"] in rep["comm_bound_ranks"]:
+                print(paint(line + f": communication-bound (exposed above {rep['comm_bound']:.0%})", "red", color))
+            elif c["bound"]:
+                print(paint(line + ": waiting for slower ranks", "yellow", color))
+            else:
+                print(line)
         if not r["drops"]:
             print(paint(f"  no throughput drop below {rep['threshold']:.0%} of the trailing median", "green", color))
             continue
@@ -107,7 +132,17 @@ def run(args) -> int:
                     f"median of {rep['window']} steps:", "yellow", color))
         rows = [[f"{d['start_step']}..{d['end_step']}", d["steps"], _fmt(d["min_value"]),
                  _fmt(d["baseline"]), f"{d['ratio']:.2f}"] for d in r["drops"]]
-        print("    " + table(rows, ["STEPS", "LEN", f"MIN {unit}", "BASELINE", "RATIO"]).replace("\n", "\n    "))
+        head = ["STEPS", "LEN", f"MIN {unit}", "BASELINE", "RATIO"]
+        if c is not None:
+            head.append("EXPOSED COMM")
+            for row, d in zip(rows, r["drops"]):
+                row.append("-" if d["comm_exposed_share"] is None else f"{d['comm_exposed_share']:.0%}")
+        print("    " + table(rows, head).replace("\n", "\n    "))
+        for d in r["drops"]:
+            if d.get("comm_bound"):
+                print(paint(f"    steps {d['start_step']}..{d['end_step']}: the training waited for communication "
+                            f"{d['comm_exposed_share']:.0%} of those steps' time (the whole run: "
+                            f"{c['exposed_share']:.0%}): this drop is communication", "yellow", color))
         if "health" in rep:
             for d in r["drops"]:
                 _print_health(d, rep["health"]["margin_s"], color)
@@ -119,6 +154,20 @@ def run(args) -> int:
                     else "green", color))
         for x in h["not_ok"]:
             print(f"  {_round(x, color)}")
+    if rep["comm_bound_ranks"]:
+        ranks = ", ".join(str(x) for x in rep["comm_bound_ranks"])
+        print(paint(f"communication-bound: rank(s) {ranks} waited for collectives more than "
+                    f"{rep['comm_bound']:.0%} of their step time; try:", "red", color))
+        for a in rep["comm_advice"]:
+            print(f"  - {a}")
+    if rep["comm_waiting_ranks"]:
+        least = min((r for r in rep["runs"] if r.get("comm")), key=lambda r: r["comm"]["exposed_share"])
+        ranks = ", ".join(str(x) for x in rep["comm_waiting_ranks"])
+        print(paint(f"waiting for slower ranks: rank(s) {ranks} waited for collectives more than "
+                    f"{rep['comm_bound']:.0%} of their step time, rank {least['rank']} only "
+                    f"{least['comm']['exposed_share']:.0%}: a collective ends when the last rank joins it, so they "
+                    f"wait for rank {least['rank']}'s work, not for the network; even out the ranks' work (data, "
+                    "shapes, a slow device: see the stragglers)", "yellow", color))
     for s in rep["stragglers"]:
         print(paint(f"straggler: rank {s['rank']} ({s['file']}) median step {_fmt(s['median_step_time_s'], 's')}, "
                     f"{s['vs_fastest']:.2f}x the fastest rank", "red", color))

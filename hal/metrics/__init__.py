@@ -1,9 +1,11 @@
-"""Training metrics into your own storage: step time, throughput, memory, utilisation.
+"""Training metrics into your own storage: step time, throughput, memory, utilisation,
+communication time.
 
 ::
 
     import hal.metrics
     with hal.metrics.MetricsLogger("runs/exp1", prometheus=True) as metrics:
+        metrics.watch(model)            # a DDP or FSDP2 model: comm_time_s, comm_exposed_s
         for step in range(steps):
             ...
             metrics.log_step(step, samples=batch, loss=loss.item(), lr=lr)
@@ -11,7 +13,8 @@
 One JSONL record per logged step (schema ``hal.metrics/1``, published as
 ``hal/data/metrics.schema.json`` and described in ``docs/metrics.md``); optional
 Prometheus text-file and TensorBoard sinks.  ``hal metrics summary run.jsonl`` (or
-:func:`summarize`) finds where throughput dropped.
+:func:`summarize`) finds where throughput dropped and whether the run is
+communication-bound.
 """
 from hal.metrics._logger import SCHEMA, MetricsLogger
 from hal.metrics._sinks import prometheus_text

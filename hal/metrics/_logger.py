@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Optional
 
 from hal._errors import HalError
+from hal.metrics._comm import CommWatch, comm_fields
 from hal.metrics._device import DeviceProbe
 from hal.metrics._sinks import JSONLSink, PrometheusSink, TensorBoardSink
 from hal.metrics._straggler import StragglerWatch
@@ -55,13 +56,15 @@ class MetricsLogger:
     :param straggler_every: ranks post their recent step times to the torch.distributed
         store, and rank 0 judges them, every this many steps (a store write per rank;
         nothing waits for another rank).  Single-process runs never communicate.
+    :param comm: a DistributedDataParallel or FSDP2 (``fully_shard``) model whose
+        communication time to record; the same as calling :meth:`watch` with it.
     """
 
     def __init__(self, folder, run: str = "run", *, window: int = 100, sync: bool = False,
                  prometheus: bool = False, tensorboard: bool = False,
                  prometheus_interval_s: float = 10.0, backend=None,
                  straggler_factor: Optional[float] = 1.5, straggler_steps: Optional[int] = 5,
-                 straggler_every: int = 10):
+                 straggler_every: int = 10, comm=None):
         if not _RUN_RE.match(run):
             raise HalError(f"run={run!r}: use letters, digits, '.', '_' and '-' only (it becomes a file name)")
         if straggler_factor is not None and not straggler_factor > 1:
@@ -100,6 +103,26 @@ class MetricsLogger:
         if world > 1 and straggler_factor is not None and straggler_steps is not None:
             self.stragglers = StragglerWatch(run, self.rank, world, float(straggler_factor),
                                              int(straggler_steps), int(straggler_every))
+        self.comm: Optional[CommWatch] = None
+        if comm is not None:
+            self.watch(comm)
+
+    def watch(self, model) -> "MetricsLogger":
+        """Record the communication time of ``model`` in every following record.
+
+        ``model`` is a ``DistributedDataParallel`` module (timed through a comm hook; a
+        hook you register on it afterwards with ``model.register_comm_hook`` runs inside
+        hal's, and is timed) or a module with ``torch.distributed.fsdp.fully_shard`` applied
+        (timed by wrapping the ``torch.distributed`` collectives it issues, which then times
+        every collective this process issues through them).  Each record gains
+        ``comm_time_s`` (the union of the collectives' issue-to-completion intervals since
+        the previous ``log_step``), ``comm_exposed_s`` (the part the training waited for),
+        ``comm_count`` and ``comm_bytes``; see ``docs/metrics.md``.  Returns the logger.
+        """
+        if self.comm is not None:
+            raise HalError("MetricsLogger.watch: this logger watches a model already; one model per logger")
+        self.comm = CommWatch(model)
+        return self
 
     def start(self) -> None:
         """Start the clock for the first step (otherwise the first ``log_step`` starts it)."""
@@ -142,6 +165,7 @@ class MetricsLogger:
                "samples_per_s": rate(samples), "tokens_per_s": rate(tokens),
                "mem_current_bytes": cur, "mem_peak_bytes": peak, "mem_source": source,
                "utilization_pct": self.probe.utilization(), "scalars": clean}
+        rec["comm_time_s"], rec["comm_exposed_s"], rec["comm_count"], rec["comm_bytes"] = comm_fields(self.comm)
         if self.stragglers is not None:
             events = self.stragglers.add(step, lap)
             if events:
@@ -155,6 +179,8 @@ class MetricsLogger:
         """Flush every sink (the JSONL file is fsynced)."""
         if self.stragglers is not None:
             self.stragglers.close()
+        if self.comm is not None:
+            self.comm.close()
         for s in self.sinks:
             s.close()
 

@@ -20,6 +20,8 @@ PROM_GAUGES = {
     "mem_current_bytes": ("hal_memory_current_bytes", "device (or host RSS) memory in use"),
     "mem_peak_bytes": ("hal_memory_peak_bytes", "peak device (or host RSS) memory"),
     "utilization_pct": ("hal_device_utilization_percent", "device utilisation"),
+    "comm_time_s": ("hal_comm_seconds", "seconds in collectives in the last logged window"),
+    "comm_exposed_s": ("hal_comm_exposed_seconds", "seconds the training waited for collectives in the last window"),
 }
 
 

@@ -6,6 +6,13 @@ consecutive slow steps are reported as one drop.  With several files (one per ra
 rank whose median step time exceeds the fastest rank's by more than ``straggler_ratio``
 is reported as a straggler.  Stragglers named live during the run (the ``events`` of rank
 0's records, see ``MetricsLogger(straggler_factor=...)``) are listed with their steps.
+
+Where the records carry communication time (``MetricsLogger.watch``), each rank gets the
+share of its step time spent in collectives and in *exposed* collectives (the training
+waited for them); a rank whose exposed share is above ``comm_bound`` is communication-bound,
+unless another rank waited less and is below it (then the ranks above wait for that slower
+rank, not for the network: ``comm_waiting_ranks``), and each drop gets the exposed share of its own steps (``comm_bound`` when that share is above
+``comm_bound`` and above the whole run's: the drop is the network's).
 """
 from __future__ import annotations
 
@@ -19,6 +26,18 @@ from hal.metrics._logger import SCHEMA
 from hal.metrics._timer import percentile
 
 SUMMARY_SCHEMA = "hal.metrics.summary/1"
+
+#: what to try when a run is communication-bound, in the order to try it
+COMM_ADVICE = (
+    "accumulate gradients over several micro-batches per optimizer step (DDP: model.no_sync() on all but the "
+    "last; FSDP2: model.set_requires_gradient_sync(False)), or use larger steps: the same communication then "
+    "covers more computation",
+    "DDP: tune DistributedDataParallel(bucket_cap_mb=...) (25 by default): smaller buckets start the "
+    "all-reduce earlier in the backward pass and leave less of it after the last layer; larger ones cost "
+    "fewer launches",
+    "node placement: `hal bench --pairs` and `hal doctor` across the nodes name a slow link or node; regroup "
+    "the nodes (or leave the slow one out) so the ranks that communicate do it over the fast links",
+)
 
 
 def read_jsonl(path) -> tuple:
@@ -96,9 +115,47 @@ def live_stragglers(path, records) -> List[dict]:
     return out
 
 
+def comm_share(records) -> Optional[dict]:
+    """Communication of ``records`` as shares of their step time; None when none carries it.
+
+    Only records with both ``step_time_s`` and ``comm_time_s`` count (the first record of a
+    run, which only starts the clock, has no step time).
+    """
+    rows = [r for r in records if r.get("step_time_s") and r.get("comm_time_s") is not None]
+    if not rows:
+        return None
+    step = sum(r["step_time_s"] for r in rows)
+    comm = sum(r["comm_time_s"] for r in rows)
+    exposed = sum(r.get("comm_exposed_s") or 0.0 for r in rows)
+    return {"steps": len(rows), "step_time_s": step, "comm_time_s": comm, "comm_exposed_s": exposed,
+            "share": comm / step, "exposed_share": exposed / step,
+            "count": sum(r.get("comm_count") or 0 for r in rows),
+            "bytes": sum(r.get("comm_bytes") or 0 for r in rows)}
+
+
+def judge_comm(runs) -> tuple:
+    """``(communication-bound ranks, ranks waiting for slower ranks)`` from runs with ``comm``.
+
+    A collective completes when the last rank has joined it, so a rank's exposed time also
+    holds its wait for slower ranks.  The rank that waits least is the one the others wait
+    for: its exposed share is the network's alone.  When it is below the bound too, the
+    ranks above it wait for it (uneven work, a straggler), not for the network.
+    """
+    judged = [r for r in runs if r.get("comm")]
+    above = [r["rank"] for r in judged if r["comm"]["bound"]]
+    if above and len(judged) > 1 and not all(r["comm"]["bound"] for r in judged):
+        return [], above
+    return above, []
+
+
 def summarize(paths: Sequence, threshold: float = 0.7, window: int = 20,
-              straggler_ratio: float = 1.2, health: Sequence = (), health_margin: float = 300.0) -> dict:
+              straggler_ratio: float = 1.2, health: Sequence = (), health_margin: float = 300.0,
+              comm_bound: float = 0.3) -> dict:
     """Summary of one or more metrics files (``hal metrics summary --json`` prints it).
+
+    :param comm_bound: a rank whose exposed communication is above this share of its step
+        time is communication-bound (``comm_bound_ranks``, with ``comm_advice``); a drop
+        whose own steps are above it says so (``comm_bound`` in the drop).
 
     :param health: patrol files (``hal doctor --every S --out FILE``): each drop gets the
         rounds that overlap its time window widened by ``health_margin`` seconds, and the
@@ -108,6 +165,9 @@ def summarize(paths: Sequence, threshold: float = 0.7, window: int = 20,
         raise HalError(f"threshold={threshold}: must be between 0 and 1 (0.7 = flag steps below 70% of normal)")
     if window < 1:
         raise HalError(f"window={window}: must be at least 1 step")
+    if not 0 < comm_bound < 1:
+        raise HalError(f"comm_bound={comm_bound}: must be between 0 and 1 (0.3 = communication-bound when the "
+                       "training waits for collectives in more than 30% of its step time)")
     if health_margin < 0:
         raise HalError(f"health_margin={health_margin}: must be 0 or more seconds")
     from hal.doctor.patrol import brief, near, read_health
@@ -136,6 +196,16 @@ def summarize(paths: Sequence, threshold: float = 0.7, window: int = 20,
             "mem_peak_bytes": max(peaks) if peaks else None,
             "mem_source": records[-1].get("mem_source"),
             "drops": find_drops(records, metric, threshold, window), "notes": notes})
+        comm = comm_share(records)
+        if comm is not None:
+            comm["bound"] = comm["exposed_share"] > comm_bound
+            for d in runs[-1]["drops"]:
+                c = comm_share([r for r in records if d["start_step"] <= r["step"] <= d["end_step"]])
+                d["comm_exposed_share"] = None if c is None else c["exposed_share"]
+                # the drop is communication's when its steps waited more than the bound and more than the run
+                d["comm_bound"] = (c is not None and c["exposed_share"] > comm_bound
+                                   and c["exposed_share"] > comm["exposed_share"])
+        runs[-1]["comm"] = comm
         if health:
             for d in runs[-1]["drops"]:
                 d["health"] = near(rounds, d["start_time_unix"], d.get("end_time_unix"), health_margin)
@@ -147,8 +217,11 @@ def summarize(paths: Sequence, threshold: float = 0.7, window: int = 20,
             if fastest and m > straggler_ratio * fastest:
                 stragglers.append({"file": r["file"], "rank": r["rank"], "median_step_time_s": m,
                                    "vs_fastest": m / fastest})
+    bound, waiting = judge_comm(runs)
     rep = {"schema": SUMMARY_SCHEMA, "threshold": threshold, "window": window, "runs": runs,
-           "stragglers": stragglers, "live_stragglers": live}
+           "stragglers": stragglers, "live_stragglers": live, "comm_bound": comm_bound,
+           "comm_bound_ranks": bound, "comm_waiting_ranks": waiting,
+           "comm_advice": list(COMM_ADVICE) if bound else []}
     if health:
         rep["health"] = {"files": [str(h) for h in health], "margin_s": health_margin, "rounds": len(rounds),
                          "not_ok": [brief(r) for r in rounds if r["status"] != "OK"],
