@@ -1,5 +1,5 @@
 PY ?= python3
-.PHONY: setup demo test bench gpu-check corpus-cuda-torch zoo chaos frameworks frameworks-timm reshard parallel long
+.PHONY: setup demo test bench gpu-check corpus-cuda-torch zoo chaos frameworks frameworks-timm reshard parallel long cluster cluster-demo
 setup:
 	bash scripts/setup.sh
 # the main job on the embedded defaults
@@ -45,3 +45,10 @@ chaos:
 # tests kept out of make test for its 20-minute budget (a second OpInfo route, fault repeats, a trace timeout)
 long:
 	$(PY) -m pytest -q -m long
+# multi-node acceptance on simulated nodes (network namespaces, needs root; skips elsewhere): hal doctor and
+# hal bench --pairs across 4 nodes with one slow node, DDP communication time across 2 nodes: docs/cluster.md
+cluster:
+	$(PY) -m pytest -q -m cluster
+# the same flow shown to a person: 4 simulated nodes, node 3's link at a quarter rate
+cluster-demo:
+	$(PY) tests/cluster/simnodes.py
