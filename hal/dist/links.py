@@ -540,7 +540,10 @@ def format_matrix(report: dict) -> List[str]:
     """The matrix of a :func:`measure_links` report as text lines (GB/s, ``-`` on the diagonal)."""
     n = report["nnodes"]
     hosts = report.get("hosts") or [""] * n
-    heads = [f"{i}:{hosts[i]}"[:12] if hosts[i] else str(i) for i in range(n)]
+    def head(i):  # long host names keep their end, where cluster names usually differ
+        name = hosts[i] or ""
+        return f"{i}:{name}" if len(name) <= 14 else f"{i}:..{name[-12:]}"
+    heads = [head(i) for i in range(n)]
     width = max([8] + [len(h) for h in heads])
     lines = ["  " + "GB/s".ljust(width + 2) + " ".join(h.rjust(width) for h in heads)]
     for a in range(n):
