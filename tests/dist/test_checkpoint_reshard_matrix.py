@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from fault_injection import descendants
 from test_checkpoint_reshard import ATOL, EPOCH_STEPS, K, N, RTOL, global_order, run
 
 pytestmark = [pytest.mark.dist, pytest.mark.slow, pytest.mark.reshard]
@@ -94,23 +95,6 @@ def test_hal_run_relaunched_with_fewer_ranks_resumes_resharded(tmp_path):
                for line in ranks["res"][0].result["log"])
 
 
-def _descendants(pid):
-    """Every live process below ``pid`` (from /proc)."""
-    children = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
-    out, todo = [], [pid]
-    while todo:
-        for c in children.get(todo.pop(), []):
-            out.append(c)
-            todo.append(c)
-    return out
-
-
 def _kill(pid):
     try:
         os.kill(pid, signal.SIGKILL)
@@ -154,13 +138,13 @@ def test_torchrun_elastic_job_that_loses_a_node_resumes_at_the_smaller_size(tmp_
             assert time.monotonic() < deadline and agents[0].poll() is None, (tmp_path / "agent0.log").read_text()
             time.sleep(0.2)
         # the second node goes, agent and rank (torchrun starts its worker in a session of its own)
-        for pid in [agents[1].pid, *_descendants(agents[1].pid)]:
+        for pid in [agents[1].pid, *descendants(agents[1].pid)]:
             _kill(pid)
         agents[1].wait(timeout=30)
         assert agents[0].wait(timeout=300) == 0, (tmp_path / "agent0.log").read_text()[-4000:]
     finally:
         for a in agents:
-            for pid in _descendants(a.pid):
+            for pid in descendants(a.pid):
                 _kill(pid)
             if a.poll() is None:
                 os.killpg(a.pid, signal.SIGKILL)
