@@ -153,10 +153,10 @@ def node_software(local: Sequence[dict]) -> Dict[str, object]:
     """What ``software`` compares, from this node's local checks (plus the test hook's overrides)."""
     import torch
 
-    import hal
+    from hal._version import __version__ as hal_version
 
     by = {c["name"]: c for c in local}
-    sw: Dict[str, object] = {"hal": hal.__version__, "torch": torch.__version__}
+    sw: Dict[str, object] = {"hal": hal_version, "torch": torch.__version__}
     rep = by.get("backends", {}).get("details", {}).get("report", {})
     sw["backend"] = rep.get("selected")
     dev = by.get("devices", {}).get("details", {})

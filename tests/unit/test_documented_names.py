@@ -22,7 +22,7 @@ NOT_PYTHON = {
 }
 #: old paths the docs may name as such: they import, with their deprecation warning
 DEPRECATED = {*HAL_MOVED, *MOVED, "hal.transfer"}
-NAME = re.compile(r"(?<![\w./-])((?:hal|op_coverage)(?:\.[A-Za-z_]\w*)+)(?![\w/-])")
+NAME = re.compile(r"(?<![\w./-])((?:hal|op_coverage)(?:\.[A-Za-z_]\w*)+)(?![\w/-]|\.\w)")
 FROM = re.compile(r"^\s*from ((?:hal|op_coverage)[\w.]*) import ([\w, ]+)", re.M)
 
 
