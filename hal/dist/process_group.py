@@ -333,6 +333,8 @@ def init(backend: Optional[str] = None, *, timeout: Optional[float] = None,
                         f"run 'hal doctor' on this node") from exc
     if store is None:
         store = dist.distributed_c10d._get_default_store()
+    from hal.util import exit as _exit
+    _exit.register()  # gloo's work threads must not outlive the interpreter's GIL
     STATE.store, STATE.prefix, STATE.seq = store, prefix, 0
     STATE.info = DistInfo(rank=dist.get_rank(), world_size=dist.get_world_size(), local_rank=local_rank,
                           backend=backend, device=str(device), timeout_s=timeout_s)

@@ -17,7 +17,15 @@ asynchronously on the device is timed on the device and not at its host enqueue.
 - a synchronous collective (``async_op=False``): all of it;
 - DDP's gradient all-reduce: from the launch of the last bucket of a backward pass (when
   the backward computation of the earliest layers has finished) to the completion of the
-  last bucket, since DDP's backward ends waiting for every bucket.
+  last bucket, since DDP's backward ends waiting for every bucket.  The buckets of one
+  backward pass are those issued within one autograd graph task.
+
+DDP's buckets are timed where the process group is a Python c10d backend (the emulator's
+``emuccl``, a vendor CCL written in Python): its ``allreduce``, which DDP's reducer calls,
+is wrapped on the group object, so DDP keeps its own arithmetic (with no comm hook it divides
+each gradient while copying it into its bucket, one pass; any comm hook needs a second).
+A group of a C++ backend (gloo, NCCL, the vendors' CCLs) cannot be wrapped from Python:
+there a comm hook issues the same all-reduce and times it.
 
 Per window (one ``MetricsLogger.log_step`` to the next): ``comm_time_s`` is the union of
 the collectives' intervals (overlapping collectives count once), ``comm_exposed_s`` the
@@ -80,19 +88,21 @@ def _seconds(points) -> List[Optional[float]]:
 
 class _Op:
     """One collective: issue, completion, the exposed start (None: nothing waited) and its bytes."""
-    __slots__ = ("t0", "t1", "wait0", "wait1", "nbytes", "last_of", "device")
+    __slots__ = ("t0", "t1", "wait0", "wait1", "nbytes", "task", "device")
 
-    def __init__(self, t0, nbytes, device):
+    def __init__(self, t0, nbytes, device, task=None):
         self.t0, self.t1, self.wait0, self.wait1 = t0, None, None, None
-        self.nbytes, self.last_of, self.device = nbytes, None, device
+        #: a DDP bucket's autograd graph task (its backward pass); None for other collectives
+        self.nbytes, self.task, self.device = nbytes, task, device
 
 
 class CommWatch:
     """Times the collectives of a DDP or FSDP2 module (see the module docstring).
 
     Made by :meth:`hal.metrics.MetricsLogger.watch`; :meth:`take` returns the window's
-    figures.  :meth:`close` removes what it installed (the FSDP2 wrappers; a DDP hook stays
-    registered, since DDP allows one registration, and goes on with the inner hook alone).
+    figures.  :meth:`close` removes what it installed (the FSDP2 wrappers, a DDP group's
+    timed ``allreduce``; a DDP comm hook stays registered, since DDP allows one registration,
+    and goes on with the inner hook alone).
     """
 
     def __init__(self, model):
@@ -114,10 +124,21 @@ class CommWatch:
 
     # -- DDP -------------------------------------------------------------------------------
     def _watch_ddp(self, ddp) -> None:
-        import torch.distributed.distributed_c10d as c10d
         if getattr(ddp, "_hal_comm_watch", None) is not None:
             raise HalError("watch(model): this DistributedDataParallel module is watched already; one "
                            "MetricsLogger.watch per model")
+        ddp._hal_comm_watch = self
+        if _python_group(ddp.process_group):
+            self._group = ddp.process_group
+            self._params = {id(p) for p in ddp.parameters()}
+            _GroupTimer.attach(self)
+        else:
+            self._group = None
+            self._watch_ddp_hook(ddp)
+
+    def _watch_ddp_hook(self, ddp) -> None:
+        """DDP on a C++ backend: a comm hook issues each bucket's all-reduce and times it."""
+        import torch.distributed.distributed_c10d as c10d
         if getattr(ddp, "_comm_hooks", None):
             raise HalError("watch(model): the model has a comm hook registered already, and DDP takes one "
                            "registration; call metrics.watch(model) first, then model.register_comm_hook(...): "
@@ -137,9 +158,7 @@ class CommWatch:
                 fut = group.allreduce([tensor]).get_future()
             if t0 is None:
                 return fut if user is not None else fut.then(_first)
-            op = _Op(t0, tensor.numel() * tensor.element_size(), tensor.device.type != "cpu")
-            if bucket.is_last():
-                op.last_of = "ddp"
+            op = _Op(t0, tensor.numel() * tensor.element_size(), tensor.device.type != "cpu", _graph_task())
             watch._add(op)
 
             def done(f):
@@ -160,7 +179,6 @@ class CommWatch:
             inner["hook"], inner["state"] = hook_fn, state
 
         ddp.register_comm_hook = register_comm_hook
-        ddp._hal_comm_watch = self
 
     # -- function wrappers (FSDP2, and any collective issued through torch.distributed) ----
     def _around(self, fn, args, kwargs):
@@ -208,18 +226,17 @@ class CommWatch:
             for op in ops:
                 flat += [op.t0, op.t1, op.wait0, op.wait1]
             secs = _seconds(flat)
-            group_end, group = None, []
+            tasks: dict = {}
             for i, op in enumerate(ops):
                 t0, t1, w0, w1 = secs[4 * i: 4 * i + 4]
                 comm[dev].append((t0, t1))
                 nbytes += op.nbytes
                 if w0 is not None:
                     exposed[dev].append((w0, w1 if w1 is not None and w1 < t1 else t1))
-                group.append((t0, t1))
-                if op.last_of == "ddp":  # DDP: from the last bucket's launch to the latest completion
-                    group_end = max(e for _, e in group)
-                    exposed[dev].append((t0, group_end))
-                    group = []
+                if op.task is not None:  # DDP: from the last bucket's launch to the latest completion
+                    last = tasks.get(op.task)
+                    tasks[op.task] = (t0, t1) if last is None else (max(last[0], t0), max(last[1], t1))
+            exposed[dev] += tasks.values()
         return {"comm_time_s": sum(union_length(comm[d]) for d in comm),
                 "comm_exposed_s": sum(union_length(exposed[d]) for d in exposed),
                 "comm_count": len(done), "comm_bytes": nbytes}
@@ -228,11 +245,94 @@ class CommWatch:
         """Stop timing (FSDP2: remove the function wrappers when no other watch needs them)."""
         if self._active and self.kind == "fsdp2":
             _uninstall(self)
+        if self._active and getattr(self, "_group", None) is not None:
+            _GroupTimer.detach(self)
         self._active = False
 
 
 def _first(fut):
     return fut.value()[0]
+
+
+def _graph_task():
+    """The autograd graph task (backward pass) running on this thread, None outside one."""
+    import torch
+    task = torch._C._current_graph_task_id()
+    return None if task < 0 else task
+
+
+def _python_group(group) -> bool:
+    """Whether ``group`` is a Python c10d backend, whose ``allreduce`` DDP's reducer reaches
+    through Python (and so can be wrapped on the object)."""
+    import inspect
+    return inspect.isfunction(getattr(type(group), "allreduce", None))
+
+
+class _GroupTimer:
+    """The timed ``allreduce`` of a Python process group, shared by the DDP watches on it.
+
+    DDP's reducer issues a bucket's all-reduce from the autograd hook of the parameter that
+    made the bucket ready, so the autograd node running then (that parameter's
+    ``AccumulateGrad``) names the model; a bucket issued from elsewhere in a backward pass
+    (DDP's end-of-backward callback) goes to the group's only watch, if it has one.
+    All-reduces outside a backward pass (a loss average of the user's) are not DDP's: untimed.
+    """
+
+    def __init__(self, group):
+        self.group, self.watches = group, []
+        self.inner = group.allreduce
+
+        def allreduce(tensors, opts=None):
+            task = _graph_task() if self.watches else None
+            if task is None:
+                return self.inner(tensors, opts)
+            watch = self.owner()
+            if watch is None:
+                return self.inner(tensors, opts)
+            tensor = tensors[0]
+            t0 = _Clock.now(tensor)
+            work = self.inner(tensors, opts)
+            op = _Op(t0, sum(t.numel() * t.element_size() for t in tensors), tensor.device.type != "cpu", task)
+            watch._add(op)
+
+            def done(_):
+                op.t1 = _Clock.now(tensor)
+            work.get_future().add_done_callback(done)
+            return work
+
+        self.allreduce = allreduce
+
+    def owner(self) -> Optional["CommWatch"]:
+        import torch
+        var = getattr(torch._C._current_autograd_node(), "variable", None)
+        if var is not None:
+            for w in self.watches:
+                if id(var) in w._params:
+                    return w
+            return None
+        return self.watches[0] if len(self.watches) == 1 else None
+
+    @staticmethod
+    def attach(watch: "CommWatch") -> None:
+        group = watch._group
+        with _install_lock:
+            timer = getattr(group, "_hal_group_timer", None)
+            if timer is None:
+                timer = _GroupTimer(group)
+                group._hal_group_timer = timer
+                group.allreduce = timer.allreduce
+            timer.watches.append(watch)
+
+    @staticmethod
+    def detach(watch: "CommWatch") -> None:
+        group = watch._group
+        with _install_lock:
+            timer = getattr(group, "_hal_group_timer", None)
+            if timer is None or watch not in timer.watches:
+                return
+            timer.watches.remove(watch)
+            if not timer.watches:
+                del group.allreduce, group._hal_group_timer
 
 
 def _is_fsdp2(model) -> bool:

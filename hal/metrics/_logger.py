@@ -110,9 +110,11 @@ class MetricsLogger:
     def watch(self, model) -> "MetricsLogger":
         """Record the communication time of ``model`` in every following record.
 
-        ``model`` is a ``DistributedDataParallel`` module (timed through a comm hook; a
-        hook you register on it afterwards with ``model.register_comm_hook`` runs inside
-        hal's, and is timed) or a module with ``torch.distributed.fsdp.fully_shard`` applied
+        ``model`` is a ``DistributedDataParallel`` module (its buckets' all-reduces timed on
+        the process group where that is a Python backend such as ``emuccl``, otherwise
+        through a comm hook; a hook you register on it afterwards with
+        ``model.register_comm_hook`` runs inside hal's, and is timed) or a module with
+        ``torch.distributed.fsdp.fully_shard`` applied
         (timed by wrapping the ``torch.distributed`` collectives it issues, which then times
         every collective this process issues through them).  Each record gains
         ``comm_time_s`` (the union of the collectives' issue-to-completion intervals since

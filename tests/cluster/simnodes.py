@@ -6,12 +6,17 @@ name on every node as on a real cluster), its own host name (``unshare --uts``),
 ``/etc/netns/<ns>/hosts`` over ``/etc/hosts`` in a private mount namespace; the machine's own
 file is untouched).  Links are shaped with ``tbf`` on both ends of a node's veth pair:
 ``rate`` for every node, ``node_rate={i: rate}`` for slower ones (``netem`` is not available
-here, so links get a rate, not a latency).  Only addresses inside these namespaces are used.
+here, so links get a rate, not a latency).  ``link_rate={(i, j): rate}`` slows one pair only,
+as two racks joined by a slow uplink would: each end's traffic to the other goes through an
+``htb`` class of that rate (a ``u32`` filter on the peer's address), the rest at the node's
+rate.  Only addresses inside these namespaces are used.
 
 ::
 
     with SimCluster(4, node_rate={3: "250mbit"}) as c:
         results = c.torchrun(["-m", "hal", "doctor", "--json"])
+    with SimCluster(4, link_rate={(1, 2): "250mbit"}) as c:   # one slow pair, every node fine
+        ...
 
 Everything is removed on exit, also when the body raises, and stale leftovers of an earlier
 run (same name prefix) are removed first.  ``python tests/cluster/simnodes.py`` is the
@@ -25,7 +30,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 ROOT = Path(__file__).resolve().parents[2]
 PREFIX = "halsim"
@@ -59,12 +64,21 @@ class Node:
 class SimCluster:
     """``n`` simulated nodes; see the module docstring."""
 
-    def __init__(self, n: int, rate: str = "1gbit", node_rate: Optional[Dict[int, str]] = None, net: int = 77):
+    def __init__(self, n: int, rate: str = "1gbit", node_rate: Optional[Dict[int, str]] = None, net: int = 77,
+                 link_rate: Optional[Dict[Tuple[int, int], str]] = None):
         if not 2 <= n <= 16:
             raise ValueError(f"n={n}: simulate 2 to 16 nodes")
         bad = [i for i in (node_rate or {}) if not 0 <= i < n]
         if bad:
             raise ValueError(f"node_rate names node(s) {bad} outside 0..{n - 1}")
+        bad_links = [p for p in (link_rate or {}) if len(p) != 2 or p[0] == p[1] or not all(0 <= i < n for i in p)]
+        if bad_links:
+            raise ValueError(f"link_rate names pair(s) {bad_links} that are not two different nodes of 0..{n - 1}")
+        #: node -> {peer: rate} for the pairs of ``link_rate``, both ends
+        self.peer_rate: Dict[int, Dict[int, str]] = {}
+        for (a, b), r in (link_rate or {}).items():
+            self.peer_rate.setdefault(a, {})[b] = r
+            self.peer_rate.setdefault(b, {})[a] = r
         self.tag = f"{PREFIX}{net}"
         self.bridge = f"{self.tag}br"
         self.nodes = [Node(i, f"{self.tag}n{i}", f"sim{net}-node{i}", f"10.77.{net}.{i + 1}",
@@ -97,7 +111,10 @@ class SimCluster:
                     _sh("ip", "netns", "exec", nd.ns, *cmd)
                 shape = ("root", "tbf", "rate", nd.rate, "burst", "256kb", "latency", "50ms")
                 _sh("tc", "qdisc", "add", "dev", host_end, *shape)
-                _sh("ip", "netns", "exec", nd.ns, "tc", "qdisc", "add", "dev", "eth0", *shape)
+                if nd.index in self.peer_rate:
+                    self._shape_pairs(nd)
+                else:
+                    _sh("ip", "netns", "exec", nd.ns, "tc", "qdisc", "add", "dev", "eth0", *shape)
         except BaseException:
             self.remove()
             raise
@@ -105,6 +122,19 @@ class SimCluster:
 
     def __exit__(self, *exc) -> None:
         self.remove()
+
+    def _shape_pairs(self, nd: Node) -> None:
+        """``nd``'s sending side: ``htb``, its own rate by default, each slow peer's address in a
+        class of that pair's rate."""
+        def tc(*args):
+            _sh("ip", "netns", "exec", nd.ns, "tc", *args)
+        tc("qdisc", "add", "dev", "eth0", "root", "handle", "1:", "htb", "default", "1")
+        tc("class", "add", "dev", "eth0", "parent", "1:", "classid", "1:1", "htb", "rate", nd.rate)
+        for peer, rate in sorted(self.peer_rate[nd.index].items()):
+            cls = f"1:{10 + peer}"
+            tc("class", "add", "dev", "eth0", "parent", "1:", "classid", cls, "htb", "rate", rate)
+            tc("filter", "add", "dev", "eth0", "parent", "1:", "protocol", "ip", "prio", "1", "u32",
+               "match", "ip", "dst", f"{self.nodes[peer].addr}/32", "flowid", cls)
 
     # -- running -----------------------------------------------------------------------------
     def argv(self, i: int, argv: Sequence[str]) -> List[str]:

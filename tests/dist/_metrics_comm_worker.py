@@ -4,13 +4,15 @@
 registered after ``metrics.watch`` whose future's callback sleeps on the collective's
 thread), as a slow link would.  With ``reference=True`` (DDP) the same steps also run on an
 unwatched DDP copy and the largest parameter difference is returned: the watch must not change
-the training.  Run under hal.dist.launch.spawn.
+the training.  With ``interleaved=True`` (DDP) an unwatched DDP model on the same process group
+steps between the watched one's steps, and each step's loss is all-reduced as a logged figure:
+neither is the watched model's gradient communication.  Run under hal.dist.launch.spawn.
 """
 import time
 
 
 def train(folder, kind="ddp", steps=12, slow_s=0.0, dim=256, layers=3, batch=256, run="exp", reference=False,
-          bucket_cap_mb=25):
+          bucket_cap_mb=25, interleaved=False):
     import torch
     import torch.distributed as dist
 
@@ -22,11 +24,13 @@ def train(folder, kind="ddp", steps=12, slow_s=0.0, dim=256, layers=3, batch=256
     torch.manual_seed(0)
     model = torch.nn.Sequential(*[torch.nn.Sequential(torch.nn.Linear(dim, dim), torch.nn.ReLU())
                                   for _ in range(layers)]).to(hal.device())
-    ref = None
+    ref = other = None
     if kind == "ddp":
+        import copy
         if reference:
-            import copy
             ref = torch.nn.parallel.DistributedDataParallel(copy.deepcopy(model), bucket_cap_mb=bucket_cap_mb)
+        if interleaved:
+            other = torch.nn.parallel.DistributedDataParallel(copy.deepcopy(model), bucket_cap_mb=bucket_cap_mb)
         model = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=bucket_cap_mb)
     else:
         from torch.distributed.device_mesh import init_device_mesh
@@ -52,6 +56,11 @@ def train(folder, kind="ddp", steps=12, slow_s=0.0, dim=256, layers=3, batch=256
             loss.backward()
             opt.step()
             opt.zero_grad()
+            if other is not None:
+                other(x).pow(2).mean().backward()
+                loss = loss.detach().clone()
+                dist.all_reduce(loss)
+                loss /= world
             metrics.log_step(step, samples=batch, loss=loss.item())
     diff = None
     if ref is not None:
@@ -61,4 +70,5 @@ def train(folder, kind="ddp", steps=12, slow_s=0.0, dim=256, layers=3, batch=256
             ref_opt.step()
             ref_opt.zero_grad()
         diff = max((a - b).abs().max().item() for a, b in zip(model.parameters(), ref.parameters()))
-    return {"rank": rank, "max_param_difference": diff}
+    hooks = len(getattr(model, "_comm_hooks", []) or [])
+    return {"rank": rank, "max_param_difference": diff, "comm_hooks": hooks}
