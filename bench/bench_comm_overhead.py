@@ -1,18 +1,26 @@
-"""What hal.metrics' communication timing costs a DDP step: ``metrics.watch(model)`` vs the same job without it.
+"""What hal.metrics' communication timing costs a training step: ``metrics.watch(model)`` vs the same job without it.
 
-A 2-rank DDP job (hal.dist.launch.spawn, gloo on cpu or the selected backend's CCL) holds two
-identical DDP models (a stack of ``Linear(d, d)`` + ReLU layers, SGD, one batch per rank), each
-with its own ``MetricsLogger`` that logs every step; one logger also watches its model (a comm
-hook timing each bucket from launch to completion).  The job runs their steps alternately, so
-the machine's load hits both alike (a barrier before each step, untimed, so that neither
-absorbs the ranks' skew), and gives each contender's median step time (the slowest rank's)
-and median CPU time per step (``time.process_time``: every thread of the process, gloo's
-included; less sensitive than wall time to other work on the machine).  Each repeat is a
-fresh job; the contender stepped first alternates.  Baseline: the model without the watch.
-Ratio: median of the per-job ratios (min-max).  Goal: <= 1.02x.
+DDP (default): a 2-rank job (hal.dist.launch.spawn, gloo on cpu or the selected backend's CCL)
+holds two identical DDP models (a stack of ``Linear(d, d)`` + ReLU layers, SGD, one batch per
+rank), each with its own ``MetricsLogger`` that logs every step; one logger also watches its
+model.  The job runs their steps alternately, so the machine's load hits both alike (a barrier
+before each step, untimed, so that neither absorbs the ranks' skew), and gives each
+contender's median step time (the slowest rank's) and median CPU time per step
+(``time.process_time``: every thread of the process, gloo's included; less sensitive than wall
+time to other work on the machine).  Each repeat is a fresh job; the contender stepped first
+alternates.
 
-    python bench/bench_comm_overhead.py                     # 5 repeats, d=1024, 8 layers, batch 64
+FSDP2 (``--kind fsdp2``): ``fully_shard`` per layer and at the root; the watch wraps the
+``torch.distributed`` functions FSDP2 issues its collectives through, for every model of the
+process, so the two contenders cannot share a process: each repeat runs two fresh 2-rank jobs,
+one watched and one not, in alternating order, and compares their medians.
+
+Baseline: the model without the watch.  Ratio: median of the per-repeat ratios (min-max).
+Goal: <= 1.02x.
+
+    python bench/bench_comm_overhead.py                     # DDP, 5 repeats, d=1024, 8 layers, batch 64
     HAL_BACKEND=emu python bench/bench_comm_overhead.py --repeat 3 --json
+    python bench/bench_comm_overhead.py --kind fsdp2 --repeat 6
 """
 from __future__ import annotations
 
@@ -26,8 +34,9 @@ import time
 
 
 def step_job(folder: str, first: str, dim: int, layers: int, batch: int, steps: int, warmup: int,
-             plain_hook: bool = False) -> dict:
-    """One rank: two DDP models, watched and plain, stepped alternately; each one's median step time."""
+             plain_hook: bool = False, kind: str = "ddp", only: str = "") -> dict:
+    """One rank: the contenders (watched and plain DDP models stepped alternately, or the one
+    FSDP2 model named by ``only``); each one's median step and CPU time per step."""
     import torch
     import torch.distributed as dist
 
@@ -37,10 +46,19 @@ def step_job(folder: str, first: str, dim: int, layers: int, batch: int, steps: 
     rank = dist.get_rank()
     x = torch.randn(batch, dim, generator=torch.Generator().manual_seed(1 + rank)).to(hal.device())
     jobs = {}
-    for key in ("watch", "plain"):
+    for key in (only,) if only else ("watch", "plain"):
         torch.manual_seed(0)
-        body = [m for _ in range(layers) for m in (torch.nn.Linear(dim, dim), torch.nn.ReLU())]
-        model = torch.nn.parallel.DistributedDataParallel(torch.nn.Sequential(*body).to(hal.device()))
+        body = [torch.nn.Sequential(torch.nn.Linear(dim, dim), torch.nn.ReLU()) for _ in range(layers)]
+        model = torch.nn.Sequential(*body).to(hal.device())
+        if kind == "fsdp2":
+            from torch.distributed.device_mesh import init_device_mesh
+            from torch.distributed.fsdp import fully_shard
+            mesh = init_device_mesh(hal.device_type(), (dist.get_world_size(),))
+            for block in model:
+                fully_shard(block, mesh=mesh)
+            fully_shard(model, mesh=mesh)
+        else:
+            model = torch.nn.parallel.DistributedDataParallel(model)
         metrics = hal.metrics.MetricsLogger(folder, key, straggler_factor=None)
         if key == "watch":
             metrics.watch(model)
@@ -48,7 +66,7 @@ def step_job(folder: str, first: str, dim: int, layers: int, batch: int, steps: 
             from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
             model.register_comm_hook(None, allreduce_hook)
         jobs[key] = (model, torch.optim.SGD(model.parameters(), lr=1e-4), metrics, [], [], [])
-    order = (first, "plain" if first == "watch" else "watch")
+    order = [k for k in (first, "plain" if first == "watch" else "watch") if k in jobs]
     for i in range(warmup + steps):
         for key in order:
             model, opt, metrics, times, comm, cpu = jobs[key]
@@ -74,7 +92,9 @@ def step_job(folder: str, first: str, dim: int, layers: int, batch: int, steps: 
 def _spawn(kwargs: dict, timeout: float) -> dict:
     from hal.dist.launch import spawn
 
-    res = spawn(f"{__file__}:step_job", 2, kwargs=kwargs, timeout=timeout)
+    # one intra-op thread per rank unless the caller chose, as torchrun sets for several ranks a node
+    env = {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+    res = spawn(f"{__file__}:step_job", 2, kwargs=kwargs, timeout=timeout, env=env)
     if not res.ok:
         raise SystemExit(f"the 2-rank DDP job failed: {res.first_error()}\n"
                          + "".join(r.stderr_tail[-1500:] for r in res.ranks))
@@ -90,17 +110,28 @@ def main(argv=None) -> int:
     p.add_argument("--warmup", type=int, default=3, help="untimed steps first (default 3)")
     p.add_argument("--repeat", type=int, default=5, help="fresh jobs (default 5)")
     p.add_argument("--timeout", type=float, default=600, help="seconds one job may take (default 600)")
+    p.add_argument("--kind", choices=("ddp", "fsdp2"), default="ddp",
+                   help="ddp (default: both contenders in one job) or fsdp2 (one fresh job per contender)")
     p.add_argument("--plain-hook", action="store_true",
                    help="the baseline registers torch's own allreduce_hook (what any DDP comm hook costs)")
     p.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = p.parse_args(argv)
-    kw = {k: getattr(args, k) for k in ("dim", "layers", "batch", "steps", "warmup", "plain_hook")}
+    if args.plain_hook and args.kind != "ddp":
+        p.error("--plain-hook is a DDP comm hook: use it with --kind ddp")
+    kw = {k: getattr(args, k) for k in ("dim", "layers", "batch", "steps", "warmup", "plain_hook", "kind")}
     got = {"watch": [], "plain": []}
     ratios, cpu_ratios, comm, name = [], [], [], ""
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(args.repeat):
-            out = _spawn({"folder": os.path.join(tmp, f"{r}"), "first": "watch" if r % 2 == 0 else "plain", **kw},
-                         args.timeout)
+            first = "watch" if r % 2 == 0 else "plain"
+            job = {"folder": os.path.join(tmp, f"{r}"), "first": first, **kw}
+            if args.kind == "ddp":
+                out = _spawn(job, args.timeout)
+            else:  # one fresh job per contender, the first alternating
+                out = {}
+                for key in (first, "plain" if first == "watch" else "watch"):
+                    got_job = _spawn({**job, "only": key}, args.timeout)
+                    out.update(got_job)
             for key in got:
                 got[key].append(out[key]["step_s"])
             comm.append(out["watch"]["comm_s"])
@@ -119,9 +150,10 @@ def main(argv=None) -> int:
     if args.json:
         print(json.dumps(report, indent=1))
         return 0
-    print(f"DDP step, 2 ranks ({name}): {args.layers} x Linear({args.dim}, {args.dim}) ({params / 1e6:.1f} M "
+    how = "DDP" if args.kind == "ddp" else "FSDP2 (fully_shard per layer and root; one job per contender)"
+    print(f"{how} step, 2 ranks ({name}): {args.layers} x Linear({args.dim}, {args.dim}) ({params / 1e6:.1f} M "
           f"parameters), batch {args.batch} per rank, SGD, log_step every step; median of {args.steps} steps per "
-          f"job and contender, {args.repeat} jobs; {os.cpu_count()} CPU(s), load average {load[0]:.1f}")
+          f"job and contender, {args.repeat} repeats; {os.cpu_count()} CPU(s), load average {load[0]:.1f}")
     base = "torch's allreduce_hook (baseline)" if args.plain_hook else "without watch (baseline)"
     for k, label in (("plain", base), ("watch", "metrics.watch(model)")):
         m, lo, hi = report["step_s"][k]

@@ -152,9 +152,9 @@ class CommWatch:
             t0 = _Clock.now(tensor) if watch._active else None
             if user is not None:
                 fut = user(inner["state"], bucket)
-            else:  # DDP's own: the bucket averaged by one all-reduce, as its built-in hook does
+            else:  # DDP's own: the bucket averaged by one all-reduce, scaled as DDP scales it (by 1/n)
                 group = state if state is not None else c10d.group.WORLD
-                tensor.div_(group.size())
+                tensor.mul_(1.0 / group.size())
                 fut = group.allreduce([tensor]).get_future()
             if t0 is None:
                 return fut if user is not None else fut.then(_first)

@@ -9,7 +9,10 @@ file is untouched).  Links are shaped with ``tbf`` on both ends of a node's veth
 here, so links get a rate, not a latency).  ``link_rate={(i, j): rate}`` slows one pair only,
 as two racks joined by a slow uplink would: each end's traffic to the other goes through an
 ``htb`` class of that rate (a ``u32`` filter on the peer's address), the rest at the node's
-rate.  Only addresses inside these namespaces are used.
+rate.  ``drop_ports={i: [port, ...]}`` is a firewall on node ``i`` that drops (does not refuse)
+what is sent to those ports: on the bridge's side of its link they go to an ``htb`` class whose
+``tbf`` bucket is smaller than any packet, which ``tbf`` drops (this kernel has no ``iptables``
+and no tc actions).  Only addresses inside these namespaces are used.
 
 ::
 
@@ -28,9 +31,10 @@ import os
 import shutil
 import subprocess
 import sys
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 ROOT = Path(__file__).resolve().parents[2]
 PREFIX = "halsim"
@@ -50,6 +54,18 @@ def unavailable() -> Optional[str]:
     return None
 
 
+@contextmanager
+def cluster_or_skip(*args, **kwargs) -> Iterator["SimCluster"]:
+    """``SimCluster(*args, **kwargs)`` for a test, or the test skipped with the reason it cannot
+    be built here."""
+    why = unavailable()
+    if why:
+        import pytest
+        pytest.skip(why)
+    with SimCluster(*args, **kwargs) as c:
+        yield c
+
+
 @dataclass
 class Node:
     """One simulated node: its namespace, host name and address."""
@@ -65,7 +81,8 @@ class SimCluster:
     """``n`` simulated nodes; see the module docstring."""
 
     def __init__(self, n: int, rate: str = "1gbit", node_rate: Optional[Dict[int, str]] = None, net: int = 77,
-                 link_rate: Optional[Dict[Tuple[int, int], str]] = None):
+                 link_rate: Optional[Dict[Tuple[int, int], str]] = None,
+                 drop_ports: Optional[Dict[int, Sequence[int]]] = None):
         if not 2 <= n <= 16:
             raise ValueError(f"n={n}: simulate 2 to 16 nodes")
         bad = [i for i in (node_rate or {}) if not 0 <= i < n]
@@ -74,6 +91,10 @@ class SimCluster:
         bad_links = [p for p in (link_rate or {}) if len(p) != 2 or p[0] == p[1] or not all(0 <= i < n for i in p)]
         if bad_links:
             raise ValueError(f"link_rate names pair(s) {bad_links} that are not two different nodes of 0..{n - 1}")
+        bad = [i for i in (drop_ports or {}) if not 0 <= i < n]
+        if bad:
+            raise ValueError(f"drop_ports names node(s) {bad} outside 0..{n - 1}")
+        self.drop_ports = {i: [int(p) for p in ports] for i, ports in (drop_ports or {}).items()}
         #: node -> {peer: rate} for the pairs of ``link_rate``, both ends
         self.peer_rate: Dict[int, Dict[int, str]] = {}
         for (a, b), r in (link_rate or {}).items():
@@ -110,7 +131,10 @@ class SimCluster:
                             ("ip", "link", "set", "eth0", "up"), ("ip", "link", "set", "lo", "up")):
                     _sh("ip", "netns", "exec", nd.ns, *cmd)
                 shape = ("root", "tbf", "rate", nd.rate, "burst", "256kb", "latency", "50ms")
-                _sh("tc", "qdisc", "add", "dev", host_end, *shape)
+                if nd.index in self.drop_ports:
+                    self._firewall(nd, host_end)
+                else:
+                    _sh("tc", "qdisc", "add", "dev", host_end, *shape)
                 if nd.index in self.peer_rate:
                     self._shape_pairs(nd)
                 else:
@@ -122,6 +146,20 @@ class SimCluster:
 
     def __exit__(self, *exc) -> None:
         self.remove()
+
+    def _firewall(self, nd: Node, host_end: str) -> None:
+        """What the bridge sends to ``nd``: its own rate, the ``drop_ports`` dropped."""
+        def tc(*args):
+            _sh("tc", *args)
+        tc("qdisc", "add", "dev", host_end, "root", "handle", "1:", "htb", "default", "1")
+        tc("class", "add", "dev", host_end, "parent", "1:", "classid", "1:1", "htb", "rate", nd.rate)
+        tc("class", "add", "dev", host_end, "parent", "1:", "classid", "1:2", "htb", "rate", "8kbit")
+        # a bucket of 16 bytes: every packet is larger, and tbf drops what can never fit
+        tc("qdisc", "add", "dev", host_end, "parent", "1:2", "handle", "20:", "tbf", "rate", "8kbit",
+           "burst", "16", "limit", "16")
+        for port in self.drop_ports[nd.index]:
+            tc("filter", "add", "dev", host_end, "parent", "1:", "protocol", "ip", "prio", "1", "u32",
+               "match", "ip", "dst", f"{nd.addr}/32", "match", "ip", "dport", str(port), "0xffff", "flowid", "1:2")
 
     def _shape_pairs(self, nd: Node) -> None:
         """``nd``'s sending side: ``htb``, its own rate by default, each slow peer's address in a

@@ -10,17 +10,14 @@ import json
 
 import pytest
 
-from simnodes import SimCluster, unavailable
+from simnodes import cluster_or_skip
 
 pytestmark = [pytest.mark.cluster]
 
 
 @pytest.fixture(scope="module")
 def cluster():
-    why = unavailable()
-    if why:
-        pytest.skip(why)
-    with SimCluster(4, node_rate={3: "250mbit"}, net=78) as c:
+    with cluster_or_skip(4, node_rate={3: "250mbit"}, net=78) as c:
         yield c
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from hal.cli import main
-from simnodes import SimCluster, unavailable
+from simnodes import cluster_or_skip
 
 pytestmark = [pytest.mark.cluster]
 JOB = Path(__file__).with_name("_comm_ddp_train.py")
@@ -19,12 +19,8 @@ JOB = Path(__file__).with_name("_comm_ddp_train.py")
 
 @pytest.fixture
 def nodes():
-    why = unavailable()
-    if why:
-        pytest.skip(why)
-
     def build(slow: str):
-        return SimCluster(2, node_rate={1: slow}, net=79)
+        return cluster_or_skip(2, node_rate={1: slow}, net=79)
     return build
 
 
