@@ -10,6 +10,8 @@ the job relaunched by `hal run` (torchrun) with fewer ranks, and an elastic torc
 (``--nnodes 1:2``) that loses a node and resumes at the smaller size.
 """
 import json
+import os
+import signal
 import statistics
 from pathlib import Path
 
