@@ -191,6 +191,14 @@ class CommWatch:
         if work is None:  # this rank is not in the group
             op.t1 = op.t0
             return None
+        if not wants_async:  # waited for at once, all of it exposed: no completion callback needed
+            work.wait()
+            end = _Clock.now(tensor)
+            op.wait0, op.wait1 = op.t0, end
+            op.t1 = end  # last: take() counts the collective once this is set
+            return None
+        # an async collective's completion is the future's callback: it runs on the CCL's thread
+        # and takes the GIL there, so only collectives whose wait may come late get one
         try:
             fut = work.get_future()
         except RuntimeError:  # a backend without futures: completion seen at the wait only
@@ -200,11 +208,7 @@ class CommWatch:
                 if op.t1 is None:
                     op.t1 = _Clock.now(tensor)
             fut.add_done_callback(done)
-        timed = _TimedWork(work, op, tensor)
-        if wants_async:
-            return timed
-        timed.wait()
-        return None
+        return _TimedWork(work, op, tensor)
 
     def _add(self, op: _Op) -> None:
         with self._lock:
