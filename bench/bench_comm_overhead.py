@@ -10,10 +10,10 @@ contender's median step time (the slowest rank's) and median CPU time per step
 time to other work on the machine).  Each repeat is a fresh job; the contender stepped first
 alternates.
 
-FSDP2 (``--kind fsdp2``): ``fully_shard`` per layer and at the root; the watch wraps the
-``torch.distributed`` functions FSDP2 issues its collectives through, for every model of the
-process, so the two contenders cannot share a process: each repeat runs two fresh 2-rank jobs,
-one watched and one not, in alternating order, and compares their medians.
+FSDP2 (``--kind fsdp2``): ``fully_shard`` per layer and at the root, the same two contenders in
+one job.  The watch wraps the ``torch.distributed`` functions FSDP2 issues its collectives
+through, for every model of the process, so it is paused (``metrics.comm.pause()``: the
+wrappers removed) around each step of the plain model, outside the timed step.
 
 Baseline: the model without the watch.  Ratio: median of the per-repeat ratios (min-max).
 Goal: <= 1.02x.
@@ -34,9 +34,9 @@ import time
 
 
 def step_job(folder: str, first: str, dim: int, layers: int, batch: int, steps: int, warmup: int,
-             plain_hook: bool = False, kind: str = "ddp", only: str = "") -> dict:
-    """One rank: the contenders (watched and plain DDP models stepped alternately, or the one
-    FSDP2 model named by ``only``); each one's median step and CPU time per step."""
+             plain_hook: bool = False, kind: str = "ddp") -> dict:
+    """One rank: the watched and the plain model (DDP or FSDP2) stepped alternately; each one's
+    median step and CPU time per step."""
     import torch
     import torch.distributed as dist
 
@@ -46,7 +46,7 @@ def step_job(folder: str, first: str, dim: int, layers: int, batch: int, steps: 
     rank = dist.get_rank()
     x = torch.randn(batch, dim, generator=torch.Generator().manual_seed(1 + rank)).to(hal.device())
     jobs = {}
-    for key in (only,) if only else ("watch", "plain"):
+    for key in ("watch", "plain"):
         torch.manual_seed(0)
         body = [torch.nn.Sequential(torch.nn.Linear(dim, dim), torch.nn.ReLU()) for _ in range(layers)]
         model = torch.nn.Sequential(*body).to(hal.device())
@@ -66,10 +66,13 @@ def step_job(folder: str, first: str, dim: int, layers: int, batch: int, steps: 
             from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
             model.register_comm_hook(None, allreduce_hook)
         jobs[key] = (model, torch.optim.SGD(model.parameters(), lr=1e-4), metrics, [], [], [])
-    order = [k for k in (first, "plain" if first == "watch" else "watch") if k in jobs]
+    order = (first, "plain" if first == "watch" else "watch")
+    watch = jobs["watch"][2].comm
     for i in range(warmup + steps):
         for key in order:
             model, opt, metrics, times, comm, cpu = jobs[key]
+            if kind == "fsdp2":  # the watch's wrappers would see the plain model's collectives too
+                watch.resume() if key == "watch" else watch.pause()
             dist.barrier()  # both ranks start the step together: neither contender absorbs the other's skew
             c0, t0 = time.process_time(), time.perf_counter()
             model(x).pow(2).mean().backward()
@@ -96,7 +99,7 @@ def _spawn(kwargs: dict, timeout: float) -> dict:
     env = {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
     res = spawn(f"{__file__}:step_job", 2, kwargs=kwargs, timeout=timeout, env=env)
     if not res.ok:
-        raise SystemExit(f"the 2-rank DDP job failed: {res.first_error()}\n"
+        raise SystemExit(f"the 2-rank job failed: {res.first_error()}\n"
                          + "".join(r.stderr_tail[-1500:] for r in res.ranks))
     return res.ranks[0].result
 
@@ -111,7 +114,7 @@ def main(argv=None) -> int:
     p.add_argument("--repeat", type=int, default=5, help="fresh jobs (default 5)")
     p.add_argument("--timeout", type=float, default=600, help="seconds one job may take (default 600)")
     p.add_argument("--kind", choices=("ddp", "fsdp2"), default="ddp",
-                   help="ddp (default: both contenders in one job) or fsdp2 (one fresh job per contender)")
+                   help="ddp (default) or fsdp2 (fully_shard per layer and root)")
     p.add_argument("--plain-hook", action="store_true",
                    help="the baseline registers torch's own allreduce_hook (what any DDP comm hook costs)")
     p.add_argument("--json", action="store_true", help="print the figures as JSON")
@@ -123,15 +126,8 @@ def main(argv=None) -> int:
     ratios, cpu_ratios, comm, name = [], [], [], ""
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(args.repeat):
-            first = "watch" if r % 2 == 0 else "plain"
-            job = {"folder": os.path.join(tmp, f"{r}"), "first": first, **kw}
-            if args.kind == "ddp":
-                out = _spawn(job, args.timeout)
-            else:  # one fresh job per contender, the first alternating
-                out = {}
-                for key in (first, "plain" if first == "watch" else "watch"):
-                    got_job = _spawn({**job, "only": key}, args.timeout)
-                    out.update(got_job)
+            job = {"folder": os.path.join(tmp, f"{r}"), "first": "watch" if r % 2 == 0 else "plain", **kw}
+            out = _spawn(job, args.timeout)
             for key in got:
                 got[key].append(out[key]["step_s"])
             comm.append(out["watch"]["comm_s"])
@@ -150,10 +146,10 @@ def main(argv=None) -> int:
     if args.json:
         print(json.dumps(report, indent=1))
         return 0
-    how = "DDP" if args.kind == "ddp" else "FSDP2 (fully_shard per layer and root; one job per contender)"
+    how = "DDP" if args.kind == "ddp" else "FSDP2 (fully_shard per layer and root)"
     print(f"{how} step, 2 ranks ({name}): {args.layers} x Linear({args.dim}, {args.dim}) ({params / 1e6:.1f} M "
           f"parameters), batch {args.batch} per rank, SGD, log_step every step; median of {args.steps} steps per "
-          f"job and contender, {args.repeat} repeats; {os.cpu_count()} CPU(s), load average {load[0]:.1f}")
+          f"job and contender, {args.repeat} jobs; {os.cpu_count()} CPU(s), load average {load[0]:.1f}")
     base = "torch's allreduce_hook (baseline)" if args.plain_hook else "without watch (baseline)"
     for k, label in (("plain", base), ("watch", "metrics.watch(model)")):
         m, lo, hi = report["step_s"][k]

@@ -110,7 +110,7 @@ class CommWatch:
         self.kind = None
         self._ops: List[_Op] = []
         self._lock = threading.Lock()
-        self._active = True
+        self._active, self._closed = True, False
         if isinstance(model, DistributedDataParallel):
             self.kind = "ddp"
             self._watch_ddp(model)
@@ -245,13 +245,30 @@ class CommWatch:
                 "comm_exposed_s": sum(union_length(exposed[d]) for d in exposed),
                 "comm_count": len(done), "comm_bytes": nbytes}
 
-    def close(self) -> None:
-        """Stop timing (FSDP2: remove the function wrappers when no other watch needs them)."""
+    def pause(self) -> None:
+        """Stop timing until :meth:`resume` (an evaluation pass, a step to leave out): what
+        the watch installed is removed meanwhile, except a DDP comm hook, which DDP keeps
+        (it then issues the all-reduce untimed)."""
         if self._active and self.kind == "fsdp2":
             _uninstall(self)
         if self._active and getattr(self, "_group", None) is not None:
             _GroupTimer.detach(self)
         self._active = False
+
+    def resume(self) -> None:
+        """Time again after :meth:`pause` (no-op while timing)."""
+        if self._active or self._closed:
+            return
+        if self.kind == "fsdp2":
+            _install(self)
+        if getattr(self, "_group", None) is not None:
+            _GroupTimer.attach(self)
+        self._active = True
+
+    def close(self) -> None:
+        """Stop timing for good (FSDP2: remove the function wrappers when no other watch needs them)."""
+        self.pause()
+        self._closed = True
 
 
 def _first(fut):

@@ -6,13 +6,14 @@ thread), as a slow link would.  With ``reference=True`` (DDP) the same steps als
 unwatched DDP copy and the largest parameter difference is returned: the watch must not change
 the training.  With ``interleaved=True`` (DDP) an unwatched DDP model on the same process group
 steps between the watched one's steps, and each step's loss is all-reduced as a logged figure:
-neither is the watched model's gradient communication.  Run under hal.dist.launch.spawn.
+neither is the watched model's gradient communication.  ``paused_steps``: steps run with the
+watch paused (``metrics.comm.pause()`` ... ``resume()``).  Run under hal.dist.launch.spawn.
 """
 import time
 
 
 def train(folder, kind="ddp", steps=12, slow_s=0.0, dim=256, layers=3, batch=256, run="exp", reference=False,
-          bucket_cap_mb=25, interleaved=False):
+          bucket_cap_mb=25, interleaved=False, paused_steps=()):
     import torch
     import torch.distributed as dist
 
@@ -52,6 +53,8 @@ def train(folder, kind="ddp", steps=12, slow_s=0.0, dim=256, layers=3, batch=256
             model.register_comm_hook(None, slow)
         metrics.start()
         for step in range(1, steps + 1):
+            if step in paused_steps:
+                metrics.comm.pause()
             loss = model(x).pow(2).mean()
             loss.backward()
             opt.step()
@@ -62,6 +65,8 @@ def train(folder, kind="ddp", steps=12, slow_s=0.0, dim=256, layers=3, batch=256
                 dist.all_reduce(loss)
                 loss /= world
             metrics.log_step(step, samples=batch, loss=loss.item())
+            if step in paused_steps:
+                metrics.comm.resume()
     diff = None
     if ref is not None:
         ref_opt = torch.optim.SGD(ref.parameters(), lr=1e-3)

@@ -63,9 +63,10 @@ def test_overlapped_buckets_are_not_communication_bound_and_train_as_without_the
 
 
 def test_fsdp2_records_its_all_gathers_and_reduce_scatters(tmp_path):
-    _, records, _ = _train(tmp_path, kind="fsdp2", steps=4)
+    _, records, _ = _train(tmp_path, kind="fsdp2", steps=5, paused_steps=[3])
     for rank in records:
-        for r in rank[1:]:
+        assert [r["comm_count"] for r in rank if r["step"] == 3] == [0]  # paused: nothing timed
+        for r in [r for r in rank[1:] if r["step"] != 3]:
             # 3 blocks: all-gathered in forward and again in backward, gradients reduce-scattered
             assert r["comm_count"] >= 6 and r["comm_time_s"] > 0 and 0 < r["comm_exposed_s"] <= r["comm_time_s"]
             assert r["comm_bytes"] >= 3 * 2 * (256 * 256 + 256) * 4
