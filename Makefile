@@ -42,7 +42,8 @@ reshard:
 # several seeds; about 10 minutes): docs/fault-tolerance.md
 chaos:
 	$(PY) scripts/chaos.py --seeds 2 --json chaos.json
-# tests kept out of make test for its 20-minute budget (a second OpInfo route, fault repeats, a trace timeout)
+# tests kept out of make test for its 20-minute budget (a second OpInfo route, emu's OpInfo gradients, fault
+# repeats, a trace timeout, the local doctor end to end, four corpus scripts through hal run on cpu; about 4 minutes)
 long:
 	$(PY) -m pytest -q -m long
 # multi-node acceptance on simulated nodes (network namespaces, needs root; skips elsewhere): hal doctor and

@@ -109,6 +109,7 @@ def test_every_op_of_torchs_opinfo_database_runs_and_matches_the_cpu(route):
     assert ran > 1000  # the database really ran (op_db holds ~600 ops with float32 samples)
 
 
+@pytest.mark.long  # about 22 s on 2 cores (the forward walk above stays in the default run): make long
 def test_every_differentiable_op_gives_the_cpus_gradients_on_emu():
     failures, ran = [], 0
     for op in _ops():

@@ -63,8 +63,15 @@ def test_script_runs_with_plain_torch_on_the_cpu(name):
     assert losses, f"no loss matched {ENTRIES[name]['loss_regex']!r}"
 
 
-@pytest.mark.parametrize("backend", ["cpu", pytest.param("emu", marks=pytest.mark.emu)])
-@pytest.mark.parametrize("name", sorted(ENTRIES))
+#: the slowest multi-process scripts run through hal run on cpu in ``make long`` only (the
+#: default run keeps them on emu, and runs them with plain torch on the cpu): the time limit
+LONG_ON_CPU = {"mnist_hogwild", "ddp_torchrun_basic", "ddp_trainer_snapshot", "hogwild_spawn"}
+HAL_RUN_CASES = [pytest.param(n, b, id=f"{n}-{b}",
+                              marks=[pytest.mark.emu] if b == "emu" else [pytest.mark.long] if n in LONG_ON_CPU else [])
+                 for n in sorted(ENTRIES) for b in ("cpu", "emu")]
+
+
+@pytest.mark.parametrize("name,backend", HAL_RUN_CASES)
 def test_script_runs_unmodified_through_hal_run(name, backend):
     entry = ENTRIES[name]
     rc, _, _, out, err = corpus.run_once(corpus.command_for(entry, hal=backend), TIMEOUT_S, env=_env(backend))

@@ -20,6 +20,7 @@ def _doctor(*args, env=None, timeout=150):
                           timeout=timeout, env=e)
 
 
+@pytest.mark.long  # about 40 s on 2 cores (every local check, 2/4/8 ranks): make long
 def test_doctor_is_ok_on_this_machine():
     out = _doctor("--json")
     rep = json.loads(out.stdout)

@@ -105,6 +105,7 @@ def test_two_faults_in_a_row(tmp_path, reference, rng):
 
 
 @pytest.mark.emu
+@pytest.mark.long  # about 25 s on 2 cores: make long
 def test_the_same_script_on_the_emulator_through_hal_run(tmp_path, rng):
     """hal run --nproc-per-node 2 --max-restarts 3 on the emulated accelerator: the script
     takes its CUDA path (cuda devices, NCCL, GradScaler on), one rank is SIGKILLed."""

@@ -143,6 +143,7 @@ def test_seconds_stop_a_script_without_optimizer_and_a_failing_script_keeps_its_
     assert "cumsum" in {o["op"] for o in trace["ops"]}
 
 
+@pytest.mark.long  # about 15 s on 2 cores: make long
 def test_a_module_factory_and_a_torch_export_file(tmp_path):
     r = oc("trace", "tests.torch_zoo.models:cnn_bn", "-o", tmp_path / "f.json", cwd=ROOT)
     assert r.returncode == 0, r.stderr[-2000:]
