@@ -1,4 +1,5 @@
 """Apple silicon GPUs through Metal (MPS): built into torch on macOS; no collective backend."""
+from hal.plugin.facts import builtin_stack_fact
 from hal.plugin.kit import VendorPlugin
 from hal.plugin.spec import ProbeResult, Status, builtin_spec
 
@@ -16,5 +17,7 @@ class MPSPlugin(VendorPlugin):
                            ("platform Darwin arm64", "torch.backends.mps.is_built() is True"))
 
 
-_plugin = MPSPlugin(builtin_spec("mps"))
+_plugin = MPSPlugin(builtin_spec("mps"),
+                    deepspeed_accelerator=builtin_stack_fact("mps", "deepspeed")["accelerator"])
 hal_backend_specs, hal_backend_probe, hal_backend_load, hal_op_support = _plugin.hooks()
+hal_deepspeed_accelerator = _plugin.hal_deepspeed_accelerator

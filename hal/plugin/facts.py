@@ -108,3 +108,10 @@ def builtin_fused_kernels(backend: str) -> Dict[str, str]:
     """``{hal op: "module:function"}`` declared for the built-in ``backend`` (empty if none)."""
     table = fused_kernel_facts()["backends"].get(backend, {})
     return {op: entry["kernel"] for op, entry in table.items()}
+
+
+def builtin_stack_fact(backend: str, stack: str) -> dict:
+    """How ``stack``'s device seam is filled for the built-in ``backend`` (its backend.json
+    ``stacks`` entry, e.g. ``{"accelerator": "module:Class" or None, "why": ..., "source": ...}``);
+    empty when the file says nothing."""
+    return dict(backend_facts(backend).get("stacks", {}).get(stack, {}))

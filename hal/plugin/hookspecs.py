@@ -123,3 +123,19 @@ def hal_fused_kernels(spec):
         ``"softmax"``, ``"fused_adamw_"``, ``"nms"``, ``"roi_align"``, ...) to a callable
         or a ``"module:function"`` string; or None.
     """
+
+
+@hookspec(firstresult=True)
+def hal_deepspeed_accelerator(spec):
+    """Name DeepSpeed's own accelerator for ``spec``'s device, where DeepSpeed has one.
+
+    :mod:`hal.stacks.deepspeed` installs it with ``deepspeed.accelerator.set_accelerator`` (so that
+    DeepSpeed does not take the device for CUDA under ``hal run``); without an answer it installs
+    hal's generic accelerator over the backend (``hal.stacks.deepspeed.HalAccelerator``).  The
+    class is imported only when DeepSpeed itself is.
+
+    Stops at first non-None result.
+
+    :param spec: a :class:`hal.plugin.spec.BackendSpec` this plugin declared.
+    :return: ``"module:Class"`` (``"deepspeed.accelerator.npu_accelerator:NPU_Accelerator"``), or None.
+    """

@@ -38,13 +38,16 @@ class VendorPlugin:
     """Hooks for one backend spec: standard probe, standard load."""
 
     def __init__(self, spec: BackendSpec, backend_cls: Union[str, Type[Backend]] = "hal.plugin.backend:Backend",
-                 op_profile: Optional[dict] = None, fused_kernels: Optional[Dict[str, object]] = None):
+                 op_profile: Optional[dict] = None, fused_kernels: Optional[Dict[str, object]] = None,
+                 deepspeed_accelerator: Optional[str] = None):
         self.spec = spec
         #: the Backend class, or ``"module:Class"`` imported on first load
         self.backend_cls = backend_cls
         self.op_profile = op_profile
         #: hal op name -> "module:function" or callable (see hookspec hal_fused_kernels)
         self.fused_kernels = dict(fused_kernels or {})
+        #: "module:Class" of DeepSpeed's own accelerator for the device (see hookspec hal_deepspeed_accelerator)
+        self.deepspeed_accelerator = deepspeed_accelerator
 
     def probe(self, context: ProbeContext) -> ProbeResult:
         return probe_module_and_nodes(self.spec, context)
@@ -78,6 +81,10 @@ class VendorPlugin:
     @hookimpl
     def hal_fused_kernels(self, spec):
         return dict(self.fused_kernels) if spec.name == self.spec.name and self.fused_kernels else None
+
+    @hookimpl
+    def hal_deepspeed_accelerator(self, spec):
+        return self.deepspeed_accelerator if spec.name == self.spec.name else None
 
     def hooks(self):
         """The bound hook functions, for assignment at a plugin module's top level."""

@@ -8,8 +8,8 @@ from hal.redirect._core import Redirection, _active, _lock, active
 
 def _install(t: Redirection) -> None:
     # the parts import torch's distributed, amp and compile modules: only when a redirection starts
-    from hal.redirect import _amp, _compile, _cuda_module, _device_types, _devices, _dist, _load
-    for part in (_devices, _device_types, _cuda_module, _amp, _load, _dist, _compile):
+    from hal.redirect import _amp, _compile, _cuda_module, _device_types, _devices, _dist, _load, _stacks
+    for part in (_devices, _device_types, _cuda_module, _amp, _load, _dist, _compile, _stacks):
         part.install(t)
 
 
