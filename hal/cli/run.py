@@ -21,6 +21,8 @@ examples:
   HAL_BACKEND=emu hal run train.py             on the emulated accelerator
   HAL_BACKEND=cpu hal run train.py             on the CPU (torch.cuda.is_available() -> True)
   hal run --nproc-per-node 2 train_ddp.py      DDP at 2 ranks through torchrun
+  hal run --nproc-per-node 2 -m torchtitan.train --job.config_file llama3_debug.toml
+                                               a library module as the script, as torchrun -m
   hal run --nproc-per-node 2 --max-restarts 3 train_ddp.py
                                                torchrun restarts the group when a rank dies,
                                                hangs past its timeout or raises
@@ -52,8 +54,12 @@ idiom table: docs/redirect.md.
 def add_parser(sub):
     p = sub.add_parser("run", help="run a CUDA-written script on the selected backend", epilog=EPILOG,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("script", help="path of the Python script")
+    p.add_argument("script", nargs="?", help="path of the Python script")
     p.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to the script")
+    p.add_argument("-m", dest="module", nargs=argparse.REMAINDER, metavar="MODULE ...",
+                   help="run a library module as the script, as python -m and torchrun -m do "
+                        "(hal run --nproc-per-node 2 -m torchtitan.train --job.config_file x.toml); "
+                        "the module's arguments follow its name")
     p.add_argument("--nproc-per-node", type=int, default=0, metavar="N",
                    help="launch N processes with torchrun (--standalone)")
     p.add_argument("--max-restarts", type=int, default=0, metavar="N",
@@ -81,7 +87,8 @@ def _launch(args) -> int:
         cmd.append("--quiet")
     if args.json:
         cmd.append("--json")
-    cmd += [args.script, *args.args]
+    cmd += ["-m", args.module] if args.module else [args.script]
+    cmd += args.args
     return subprocess.call(cmd)
 
 
@@ -138,7 +145,7 @@ def _run_child(args) -> int:
     from hal.redirect import _children, run_script
 
     try:
-        report = run_script(args.script, args.args)
+        report = run_script(args.script, args.args, module=args.module)
     except HalError:  # the redirection could not start (a wrong setting): hal's error, as hal run's
         _children.record_exit(3, {"type": "HalError", "where": None}, None, 0.0, script=args.script, argv=args.args)
         raise
@@ -153,7 +160,24 @@ def _run_child(args) -> int:
     return int(report["exit_code"])
 
 
+def _target(args) -> "str | None":
+    """Split ``-m MODULE args...`` into ``args.module`` and ``args.args``; an error message, or None."""
+    if args.module is not None:
+        if args.script is not None:
+            return f"give a script or -m MODULE, not both ({args.script!r} and -m {' '.join(args.module)})"
+        if not args.module or args.module[0].startswith("-"):
+            return "-m needs a module name, e.g. hal run -m torchtitan.train --job.config_file x.toml"
+        args.module, args.args = args.module[0], args.module[1:]
+    elif args.script is None:
+        return "give the script to run (hal run train.py) or a module (hal run -m torchtitan.train)"
+    return None
+
+
 def run(args) -> int:
+    problem = _target(args)
+    if problem:
+        print(f"hal run: error: {problem}", file=sys.stderr)
+        return 2
     if args.max_restarts and not args.nproc_per_node:
         print("hal run: error: --max-restarts restarts a torchrun group: give --nproc-per-node too "
               "(--nproc-per-node 1 for a single process)", file=sys.stderr)
@@ -173,7 +197,7 @@ def run(args) -> int:
         log.propagate = False
     from hal.redirect import run_script
 
-    report = run_script(args.script, args.args, _options(args))
+    report = run_script(args.script, args.args, _options(args), module=args.module)
     err = report.get("error")
     if err is not None:
         sys.stderr.write(err["traceback"])

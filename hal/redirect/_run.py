@@ -85,8 +85,27 @@ def _install_fallback():
         return fallback.InstallReport(False, f"hal.fallback.install() failed: {type(exc).__name__}: {exc}")
 
 
-def run_script(path: str, argv: Sequence[str] = (), options: Sequence[str] = ()) -> dict:
-    """Run ``path`` as ``__main__`` with ``argv`` inside :func:`hal.redirect.enable`.
+def _module_file(module: str) -> str:
+    """The file ``python -m module`` would run (a package's ``__main__``)."""
+    import importlib.util
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError) as exc:
+        raise HalError(f"hal run -m {module}: {exc}; install the package that provides it") from None
+    if spec is None:
+        raise HalError(f"hal run -m {module}: no module of that name in this Python; install the package "
+                       f"that provides it (pip install ...) or give a script path")
+    if spec.submodule_search_locations is not None:
+        return _module_file(module + ".__main__")
+    if not spec.origin or not os.path.isfile(spec.origin):
+        raise HalError(f"hal run -m {module}: it has no source file to run as __main__")
+    return spec.origin
+
+
+def run_script(path: Optional[str], argv: Sequence[str] = (), options: Sequence[str] = (),
+               module: Optional[str] = None) -> dict:
+    """Run ``path`` as ``__main__`` with ``argv`` inside :func:`hal.redirect.enable` (or, with
+    ``module``, that module as ``python -m`` runs it; ``path`` is then ignored).
 
     Never raises for what the script does: returns the run report (schema ``hal.run/3``,
     documented in docs/redirect.md) with ``status`` ``"ok"`` or ``"failed"``, the exit code the
@@ -108,6 +127,8 @@ def run_script(path: str, argv: Sequence[str] = (), options: Sequence[str] = ())
     from hal.redirect import _children
     from hal.redirect._enable import enable
 
+    if module is not None:
+        path = _module_file(module)
     path = os.path.abspath(path)
     if not os.path.isfile(path):
         raise HalError(f"{path}: no such script; pass the path of a Python file, "
@@ -115,7 +136,8 @@ def run_script(path: str, argv: Sequence[str] = (), options: Sequence[str] = ())
     cand = get_registry().selected()
     old_argv, old_path = sys.argv, list(sys.path)
     sys.argv = [path, *argv]
-    sys.path.insert(0, os.path.dirname(path))
+    # python script.py puts the script's folder first on sys.path; python -m the working directory
+    sys.path.insert(0, os.getcwd() if module is not None else os.path.dirname(path))
     exit_code, error, message = 0, None, None
     start = time.monotonic()
     fallback_install = None
@@ -127,7 +149,10 @@ def run_script(path: str, argv: Sequence[str] = (), options: Sequence[str] = ())
             from hal.util import exit as _exit
             _exit.register()  # collective / autograd threads must not outlive the interpreter's GIL
             try:
-                runpy.run_path(path, run_name="__main__")
+                if module is not None:
+                    runpy.run_module(module, run_name="__main__", alter_sys=True)
+                else:
+                    runpy.run_path(path, run_name="__main__")
             except SystemExit as exc:
                 exit_code, message = _exit_code(exc.code)
                 if message is not None:

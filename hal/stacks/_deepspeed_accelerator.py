@@ -19,6 +19,13 @@ GRAPH_SWITCH = ("leave DeepSpeed's CUDA-graph options off (\"cuda_graph\"/\"grap
                 "config, enable_cuda_graph=False for inference)")
 
 
+def _index(device) -> int:
+    """A device index from what DeepSpeed passes: ``1``, ``"1"`` (``LOCAL_RANK``), ``torch.device("emu", 1)``."""
+    if isinstance(device, (str, torch.device)) and not str(device).isdigit():
+        device = torch.device(device).index or 0
+    return int(device)
+
+
 class _TensorType:
     """What ``torch.cuda.FloatTensor`` is to DeepSpeed: ``FloatTensor([1.0])`` makes a tensor of that
     data, ``FloatTensor(3)`` an uninitialised one of that size, on the current device."""
@@ -70,14 +77,16 @@ class HalAccelerator(DeepSpeedAccelerator):
     def device_name(self, device_index=None):
         if device_index is None:
             return self._name
-        return f"{self._name}:{int(device_index)}"
+        return f"{self._name}:{_index(device_index)}"
 
     def device(self, device_index=None):
         ctx = getattr(self.backend.module, "device", None)
+        if device_index is not None:
+            device_index = _index(device_index)
         return ctx(device_index) if ctx is not None else torch.device(self.device_name(device_index))
 
     def set_device(self, device_index):
-        self.backend.set_device(int(device_index))
+        self.backend.set_device(_index(device_index))
 
     def current_device(self):
         return self.backend.current_device()

@@ -31,6 +31,7 @@ defined id is used). Exit status: 0 when every selected script passes, 1 otherwi
 Scripts run one at a time, in a scratch working directory, with a per-run timeout.
 """
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -104,16 +105,17 @@ def validate_manifest(manifest, scripts=SCRIPTS, required=("script", "args", "np
 def command_for(entry, python=sys.executable, hal=None, scripts=SCRIPTS, args=None):
     """The command line that runs ``entry``: plain python (torchrun when ``nproc_per_node`` >= 1)
     or, with ``hal=BACKEND``, ``hal run [--nproc-per-node N]``; ``args`` replaces the entry's."""
-    script = os.path.join(scripts, entry["script"])
+    # an entry with "module" runs it as ``python -m`` / ``torchrun -m`` / ``hal run -m`` do
+    target = ["-m", entry["module"]] if entry.get("module") else [os.path.join(scripts, entry["script"])]
     args = entry["args"] if args is None else args
     n = int(entry.get("nproc_per_node") or 0)
     if hal:
         exe = shutil.which("hal") or "hal"
-        return [exe, "run", *([f"--nproc-per-node={n}"] if n >= 1 else []), script, *args]
+        return [exe, "run", *([f"--nproc-per-node={n}"] if n >= 1 else []), *target, *args]
     if n >= 1:
         return [python, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={n}",
-                script, *args]
-    return [python, script, *args]
+                *target, *args]
+    return [python, *target, *args]
 
 
 def extract_losses(regex, text):
@@ -157,9 +159,10 @@ def _children_cpu():
     return ru.ru_utime + ru.ru_stime
 
 
-def run_once(cmd, timeout, env=None):
-    """(exit code, wall seconds, CPU seconds of the process tree, stdout, stderr)."""
-    with tempfile.TemporaryDirectory(prefix="corpus_run_") as cwd:
+def run_once(cmd, timeout, env=None, cwd=None):
+    """(exit code, wall seconds, CPU seconds of the process tree, stdout, stderr); in ``cwd``, else in a
+    fresh scratch folder."""
+    with (contextlib.nullcontext(cwd) if cwd else tempfile.TemporaryDirectory(prefix="corpus_run_")) as cwd:
         c0 = _children_cpu()
         t0 = time.perf_counter()
         try:

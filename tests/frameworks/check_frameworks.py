@@ -69,25 +69,29 @@ def missing_requirement(entry):
     return None
 
 
-def command(entry, mode):
-    """The command line of ``entry`` in ``mode``: ``plain``, ``cpu`` or ``emu``."""
+def command(entry, mode, scripts=SCRIPTS):
+    """The command line of ``entry`` in ``mode``: ``plain``, ``cpu`` or ``emu`` (``scripts``: the folder
+    of the entry's script; tests/llmstack passes its own)."""
     if mode == "plain":
-        return corpus.command_for(entry, scripts=SCRIPTS, args=entry.get("plain_args", entry["args"]))
-    return corpus.command_for(entry, hal=mode, scripts=SCRIPTS)
+        return corpus.command_for(entry, scripts=scripts, args=entry.get("plain_args", entry["args"]))
+    return corpus.command_for(entry, hal=mode, scripts=scripts)
 
 
 def environment(entry, mode, base=None):
-    """The environment of a run in ``mode``: one intra-op thread (2 shared cores), HAL_BACKEND, hal_env."""
+    """The environment of a run in ``mode``: one intra-op thread (2 shared cores), HAL_BACKEND, and the
+    entry's ``hal_env`` for that mode (``plain`` included: DeepSpeed's ``DS_ACCELERATOR=cpu``)."""
     env = dict(os.environ if base is None else base, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
     if mode != "plain":
         env["HAL_BACKEND"] = mode
-        env.update(entry.get("hal_env", {}).get(mode, {}))
+    env.update(entry.get("hal_env", {}).get(mode, {}))
     return env
 
 
-def run(entry, mode, timeout=300):
-    """One run: a dict with rc, seconds, losses, the check lines missing, and the error line."""
-    rc, secs, cpu, out, err = corpus.run_once(command(entry, mode), timeout, env=environment(entry, mode))
+def run(entry, mode, timeout=300, scripts=SCRIPTS, cwd=None):
+    """One run: a dict with rc, seconds, losses, the check lines missing, and the error line (``cwd``: a
+    folder to run in, for runs that share files; default a fresh one)."""
+    rc, secs, cpu, out, err = corpus.run_once(command(entry, mode, scripts), timeout, env=environment(entry, mode),
+                                              cwd=cwd)
     losses = corpus.extract_losses(entry["loss_regex"], out)
     missing = [c for c in entry.get("checks", []) if c not in out]
     problems = []
@@ -114,17 +118,17 @@ def compare(a, b, rtol=RTOL):
     return []
 
 
-def check_entry(entry, mode, do_compare=False, rtol=RTOL, timeout=300):
+def check_entry(entry, mode, do_compare=False, rtol=RTOL, timeout=300, scripts=SCRIPTS):
     """Run ``entry`` in ``mode`` (and its references with ``do_compare``); the result as a dict."""
-    main = run(entry, mode, timeout)
-    result = {"name": corpus.entry_name(entry), "mode": mode, "command": " ".join(command(entry, mode)[1:]),
+    main = run(entry, mode, timeout, scripts)
+    result = {"name": corpus.entry_name(entry), "mode": mode, "command": " ".join(command(entry, mode, scripts)[1:]),
               "run": main, "references": {}, "problems": list(main["problems"])}
     if do_compare:
         for pair in entry.get("compare", []):
             a, _, b = pair.partition("=")
             if a != mode:
                 continue
-            ref = result["references"].get(b) or run(entry, b, timeout)
+            ref = result["references"].get(b) or run(entry, b, timeout, scripts)
             result["references"][b] = ref
             result["problems"] += compare(main, ref, entry.get("rtol", rtol))
     result["ok"] = not result["problems"]

@@ -1,0 +1,149 @@
+#!/usr/bin/env python3
+"""Run the LLM-stack corpus (tests/llmstack/*.json: one manifest per stack) and check it.
+
+Every entry is a recipe in its stack's own idiom (DeepSpeed's config files and ``deepspeed.initialize``,
+the HF Trainer's ``deepspeed=``, Accelerate's DeepSpeed plugin, torchtitan's TOML configs and
+``torchtitan.train``), written for an NVIDIA GPU.  Modes: ``plain`` (the stack without hal, where it
+runs on a CPU: DeepSpeed with ``DS_ACCELERATOR=cpu``; ``plain_args`` replace the args there), ``cpu``
+and ``emu`` (``HAL_BACKEND=<mode> hal run [--nproc-per-node N]``).  A run passes with exit 0, its
+losses printed (``loss_regex``) and its ``checks`` lines printed; ``--compare`` also runs the
+references the entry's ``compare`` names (``emu=plain``: every step's loss within ``rtol``).
+
+    python tests/llmstack/check_llmstack.py --hal emu --compare            # every entry on emu vs its reference
+    python tests/llmstack/check_llmstack.py ds_zero3_init --hal cpu --json
+
+Arguments may name ``{configs}`` (tests/llmstack/configs).  The run/compare machinery is
+tests/frameworks/check_frameworks.py's (itself tests/corpus/check_plain_cpu.py's); ``make llmstack``
+runs the whole matrix under pytest (tests/llmstack/test_llmstack.py).
+"""
+import argparse
+import glob
+import json
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "frameworks"))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "corpus"))
+import check_frameworks as fw  # noqa: E402  (the shared harness)
+import check_plain_cpu as corpus  # noqa: E402
+
+SCRIPTS = os.path.join(HERE, "scripts")
+CONFIGS = os.path.join(HERE, "configs")
+MODES = ("plain", "cpu", "emu")
+REQUIRED = ("name", "stack", "args", "nproc_per_node", "plain", "idioms", "loss_regex", "compare", "checks",
+            "hal_env", "requires", "seconds")
+RTOL = 1e-5
+
+
+def manifests():
+    """``{stack manifest file name: manifest}`` of every tests/llmstack/*.json."""
+    return {os.path.basename(p): corpus.load_manifest(p) for p in sorted(glob.glob(os.path.join(HERE, "*.json")))}
+
+
+def entries():
+    """Every entry of every manifest, with its arguments' ``{configs}`` filled in, by name."""
+    out = {}
+    for manifest in manifests().values():
+        for e in manifest["scripts"]:
+            e = dict(e)
+            for key in ("args", "plain_args"):
+                if key in e:
+                    e[key] = [a.replace("{configs}", CONFIGS) for a in e[key]]
+            out[e["name"]] = e
+    return out
+
+
+def validate():
+    """Problems with the manifests, as a list of strings."""
+    problems = []
+    scripts_used = set()
+    for fname, manifest in manifests().items():
+        defined = set(manifest.get("idioms", {}))
+        used = set()
+        for e in manifest["scripts"]:
+            name = e.get("name", "?")
+            problems += [f"{fname}: {name}: missing {k!r}" for k in REQUIRED if k not in e]
+            if bool(e.get("script")) == bool(e.get("module")):
+                problems.append(f"{fname}: {name}: give a script (in scripts/) or a module, not both")
+            if e.get("script"):
+                scripts_used.add(e["script"])
+                if not os.path.isfile(os.path.join(SCRIPTS, e["script"])):
+                    problems.append(f"{fname}: {name}: no such file scripts/{e['script']}")
+            for pair in e.get("compare", []):
+                a, _, b = pair.partition("=")
+                if a not in MODES[1:] or b not in MODES or a == b or (b == "plain" and not e.get("plain")):
+                    problems.append(f"{fname}: {name}: bad compare {pair!r}")
+            for i in e.get("idioms", []):
+                used.add(i)
+                if i not in defined:
+                    problems.append(f"{fname}: {name}: idiom {i!r} is not defined")
+        problems += [f"{fname}: idiom {i!r} is defined but no entry uses it" for i in sorted(defined - used)]
+    on_disk = {os.path.basename(p) for p in glob.glob(os.path.join(SCRIPTS, "*.py"))}
+    problems += [f"scripts/{f}: no manifest entry runs it" for f in sorted(on_disk - scripts_used)]
+    return problems
+
+
+def missing_requirement(entry):
+    """The first module the entry ``requires`` that is not installed, else None."""
+    return fw.missing_requirement(entry)
+
+
+def run(entry, mode, timeout=900, cwd=None):
+    """One run of ``entry`` in ``mode`` (see tests/frameworks/check_frameworks.run)."""
+    return fw.run(entry, mode, timeout, scripts=SCRIPTS, cwd=cwd)
+
+
+def compare(a, b, rtol=RTOL):
+    return fw.compare(a, b, rtol)
+
+
+def check_entry(entry, mode, do_compare=False, rtol=RTOL, timeout=900):
+    return fw.check_entry(entry, mode, do_compare, entry.get("rtol", rtol), timeout, scripts=SCRIPTS)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("names", nargs="*", help="entries to run (default: all)")
+    ap.add_argument("--hal", metavar="BACKEND", choices=["cpu", "emu", "cuda"],
+                    help="run through `hal run` on BACKEND (default: plain, where the stack runs on a CPU)")
+    ap.add_argument("--compare", action="store_true", help="also run the references the entry's compare names")
+    ap.add_argument("--timeout", type=float, default=900.0)
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args(argv)
+    table = entries()
+    unknown = set(args.names) - set(table)
+    if unknown:
+        ap.error(f"not in the manifests: {', '.join(sorted(unknown))}")
+    mode = args.hal or "plain"
+    results = []
+    for name, e in table.items():
+        if args.names and name not in args.names:
+            continue
+        skip = missing_requirement(e) or (None if mode != "plain" or e["plain"] else "does not run plain")
+        if skip:
+            results.append({"name": name, "mode": mode, "skipped": skip, "ok": True, "problems": []})
+            continue
+        r = check_entry(e, mode, args.compare, timeout=args.timeout)
+        results.append(r)
+        if not args.json:
+            print(f"{'ok' if r['ok'] else 'FAIL':4} {name:<28} {r['run']['seconds']:7.2f}s "
+                  f"{corpus.short(r['run']['losses'])}", flush=True)
+            for p in r["problems"]:
+                print(f"     ! {p}", flush=True)
+    problems = validate()
+    passed = sum(r["ok"] and "skipped" not in r for r in results)
+    ran = sum("skipped" not in r for r in results)
+    if args.json:
+        json.dump({"manifest_problems": problems, "mode": mode, "results": results, "passed": passed, "ran": ran},
+                  sys.stdout, indent=1)
+        print()
+    else:
+        for p in problems:
+            print(f"manifest: {p}")
+        print(f"{passed}/{ran} entries passed ({mode})")
+    return 0 if passed == ran and not problems else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
