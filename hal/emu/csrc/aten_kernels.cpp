@@ -506,6 +506,16 @@ at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
 
 void record_stream(at::Tensor&, c10::Stream) {}  // work is synchronous: nothing to track
 
+// a host tensor's TensorImpl can take an emu tensor's (and the reverse), as vendors declare for their
+// device (torch lists only its in-tree dense backends): Module.to("emu") then sets param.data and keeps
+// the Parameter objects an optimizer, DeepSpeed's name maps or a weakref already hold, as on CUDA
+bool has_compatible_shallow_copy_type(const at::Tensor& self, const at::Tensor& from) {
+  auto dense = [](const at::Tensor& t) {
+    return t.layout() == at::kStrided && (t.device().is_cpu() || t.device().is_privateuseone());
+  };
+  return self.key_set() == from.key_set() || (dense(self) && dense(from));
+}
+
 // dropout draws its mask from the emu device's generator, as it would from a device's own
 std::tuple<at::Tensor, at::Tensor> native_dropout(const at::Tensor& input, double p, std::optional<bool> train) {
   auto index = input.device().index();
@@ -771,6 +781,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_copy_from", copy_from);
   m.impl("_copy_from_and_resize", copy_from_and_resize);
   m.impl("record_stream", record_stream);
+  m.impl("_has_compatible_shallow_copy_type", has_compatible_shallow_copy_type);
   m.impl("native_dropout", native_dropout);
   m.impl("_thnn_fused_lstm_cell", lstm_cell);
   m.impl("_thnn_fused_lstm_cell_backward_impl", lstm_cell_backward);
