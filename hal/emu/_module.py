@@ -182,7 +182,7 @@ class Stream(torch.Stream):
     @staticmethod
     def priority_range():
         """``(lowest, highest)`` priority, as ``torch.cuda.Stream.priority_range()``."""
-        return 0, 1 - _C.features()["stream_priorities"]
+        return 0, 1 - FEATURES["stream_priorities"]
 
 
 def _as_emu_stream(s: torch.Stream) -> Stream:
