@@ -30,7 +30,8 @@ def _collectives(rank, world):
         return torch.arange(float(n), device="cuda") * (rank + 1) + 10 * rank
 
     half = R.PREMUL_SUM(0.5)
-    mine = dist._make_nccl_premul_sum(torch.tensor(0.25 * (rank + 1), device="cuda"))  # a tensor, per rank
+    # a tensor factor, one per rank, through torch 2.13's private spelling (FSDP's own)
+    mine = dist._make_nccl_premul_sum(torch.tensor(0.25 * (rank + 1), device="cuda"))
     seen = {}
 
     # the issue's repro: reduce_scatter_tensor with PREMUL_SUM(0.5); its input is the caller's, unchanged
@@ -73,7 +74,7 @@ def _collectives(rank, world):
     seen["all_reduce_coalesced"] = [listed(t) for t in ts]
 
     outs = [torch.full((n,), -1.0, device="cuda") for n in (2, 3)]
-    with dist._coalescing_manager(async_ops=True) as cm:
+    with dist._coalescing_manager(async_ops=True) as cm:   # torch 2.13's, as FSDP and DDP use it
         for o in outs:
             dist.reduce_scatter_tensor(o, data(o.numel() * world), op=half)
     cm.wait()
