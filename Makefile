@@ -1,5 +1,5 @@
 PY ?= python3
-.PHONY: setup demo test bench gpu-check corpus-cuda-torch zoo chaos frameworks frameworks-timm reshard parallel long cluster cluster-demo llmstack
+.PHONY: setup demo test bench gpu-check corpus-cuda-torch zoo chaos frameworks frameworks-timm reshard parallel long cluster cluster-demo llmstack frameworks-latest
 setup:
 	bash scripts/setup.sh
 # the main job on the embedded defaults
@@ -34,6 +34,10 @@ parallel:
 # against plain DeepSpeed on the CPU or a one-process run: docs/redirect.md, "LLM training stacks"
 llmstack: setup
 	$(PY) -m pytest -q -m llmstack tests/llmstack
+# the framework corpus and the HF recipes of tests/llmstack against the newest transformers / accelerate / peft /
+# lightning, in .venv-latest with this environment's torch (drift shows here first): build/frameworks-latest.json
+frameworks-latest:
+	bash scripts/frameworks_latest.sh
 # the timm recipe of tests/frameworks with timm itself, in .venv-timm (PyPI's CUDA torch + torchvision,
 # about 5.5 GB: not in CI), through hal run on cpu and emu
 frameworks-timm:
