@@ -15,9 +15,11 @@ from types import FrameType
 from typing import Optional
 
 _getframe = sys._getframe
-#: modules whose calls get torch's real answers and are never the user's line
-INTERNAL_PREFIXES = ("torch.", "hal.", "op_coverage.")
-INTERNAL_NAMES = frozenset({"torch", "hal", "op_coverage"})
+#: modules whose calls get torch's real answers and are never the user's line: torch, hal, op_coverage, and
+#: triton (torch.compile's GPU code generator: inductor asks it for its active driver, and its CUDA driver's
+#: ``torch.cuda.is_available()`` is a question about a real GPU to run kernels on)
+INTERNAL_PREFIXES = ("torch.", "hal.", "op_coverage.", "triton.")
+INTERNAL_NAMES = frozenset({"torch", "hal", "op_coverage", "triton"})
 #: not the user's code either: the standard library, and typing_extensions (its backport,
 #: whose @deprecated wraps torch.cuda.amp's classes)
 STDLIB = frozenset(getattr(sys, "stdlib_module_names", ())) | {"runpy", "contextlib", "functools",
@@ -26,7 +28,7 @@ STDLIB = frozenset(getattr(sys, "stdlib_module_names", ())) | {"runpy", "context
 
 
 def is_internal(name: Optional[str]) -> bool:
-    """True for a module name that belongs to torch, hal or op_coverage."""
+    """True for a module name that belongs to torch, hal, op_coverage or triton."""
     return bool(name) and (name in INTERNAL_NAMES or name.startswith(INTERNAL_PREFIXES))
 
 
