@@ -1,5 +1,5 @@
 PY ?= python3
-.PHONY: setup demo test bench gpu-check corpus-cuda-torch zoo chaos frameworks frameworks-timm reshard parallel long cluster cluster-demo
+.PHONY: setup demo test bench gpu-check corpus-cuda-torch zoo chaos frameworks frameworks-timm reshard parallel long cluster cluster-demo llmstack
 setup:
 	bash scripts/setup.sh
 # the main job on the embedded defaults
@@ -29,6 +29,10 @@ frameworks:
 # cpu and emu, each case against one process (about 12 minutes on 2 cores): docs/parallel.md
 parallel:
 	$(PY) tests/parallel/check_parallel.py
+# the LLM-stack corpus (tests/llmstack: DeepSpeed ZeRO, torchtitan FSDP2/TP/PP/resume) through hal run on cpu
+# and emu, each against its reference
+llmstack:
+	$(PY) -m pytest -q -m llmstack tests/llmstack
 # the timm recipe of tests/frameworks with timm itself, in .venv-timm (PyPI's CUDA torch + torchvision,
 # about 5.5 GB: not in CI), through hal run on cpu and emu
 frameworks-timm:
