@@ -49,7 +49,8 @@ does, the summary is printed and the report written; the exit code is the script
 (1 for an exception).  Python processes the script starts (subprocess, os.exec*,
 multiprocessing: Lightning's DDP ranks) run their script under the redirection too, and the
 report counts them with their exit codes; not a Python started with -I, -E, -c or -m.  Not redirected: x.device == torch.device("cuda") (a tensor's
-device is its true device), CUDA graphs, custom CUDA kernels.  Details and the
+device is its true device), custom CUDA kernels; CUDA graphs are refused (hal.NotSupported
+naming the switches of the libraries that capture them).  Details and the
 idiom table: docs/redirect.md.
 """
 
