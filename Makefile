@@ -29,9 +29,10 @@ frameworks:
 # cpu and emu, each case against one process (about 12 minutes on 2 cores): docs/parallel.md
 parallel:
 	$(PY) tests/parallel/check_parallel.py
-# the LLM-stack corpus (tests/llmstack: DeepSpeed ZeRO, torchtitan FSDP2/TP/PP/resume) through hal run on cpu
-# and emu, each against its reference
-llmstack:
+# the LLM-stack corpus (tests/llmstack): DeepSpeed ZeRO-1/2/3, offload, save/load and universal checkpoints, the
+# HF Trainer and Accelerate with DeepSpeed, torchtitan FSDP2/TP/PP and resume, through hal run on cpu and emu
+# against plain DeepSpeed on the CPU or a one-process run: docs/redirect.md, "LLM training stacks"
+llmstack: setup
 	$(PY) -m pytest -q -m llmstack tests/llmstack
 # the timm recipe of tests/frameworks with timm itself, in .venv-timm (PyPI's CUDA torch + torchvision,
 # about 5.5 GB: not in CI), through hal run on cpu and emu

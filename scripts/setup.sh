@@ -18,6 +18,12 @@ fi
 mkdir -p build
 "$PY" -c 'import torch; print("torch==" + torch.__version__.split("+")[0])' > build/torch-constraint.txt
 "$PY" -m pip install -q -e ".[test,frameworks]" -c build/torch-constraint.txt
+# the LLM training stacks (pyproject's llmstack extra): DeepSpeed compiles against the torch found above, so it is
+# built without isolation (its build must see that torch); HAL_SETUP_LLMSTACK=0 skips them
+if [ "${HAL_SETUP_LLMSTACK:-1}" != "0" ]; then
+  mapfile -t stack < <("$PY" -c 'import re; m = re.search(r"^llmstack = \[(.*?)\]", open("pyproject.toml").read(), re.M | re.S); print("\n".join(re.findall(r"\"([^\"]+)\"", m.group(1))))')
+  "$PY" -m pip install -q --no-build-isolation -c build/torch-constraint.txt "${stack[@]}"
+fi
 "$PY" -c "import hal; print('hal setup: hal', hal.__version__, 'installed; native host kernels:', 'yes' if hal.native_available() else 'no')"
 # the emulated accelerator links against this torch: compile it now rather than on first use
 "$PY" -m hal.emu.build

@@ -11,7 +11,7 @@ from typing import Optional
 from hal.checkpoint import _dcp, _dist, _events
 from hal.checkpoint._errors import CheckpointError, CheckpointWarning
 from hal.checkpoint._load import Checkpoint, latest, resume
-from hal.checkpoint._sampler import ElasticSampler, delivered_batches
+from hal.checkpoint._sampler import ElasticSampler, FollowedSampler, delivered_batches, follow, resplit_refusal
 from hal.checkpoint._save import MODES, CheckpointWriteError, commit, open_step, persist, snapshot
 from hal.checkpoint._tree import from_inline, to_inline
 
@@ -30,9 +30,10 @@ def check_keep(keep_last) -> None:
 
 
 def _sampler(loader):
-    """The loader's sampler that has ``set_epoch`` (DistributedSampler and the like), if any."""
-    for s in (getattr(loader, "sampler", None),
-              getattr(getattr(loader, "batch_sampler", None), "sampler", None)):
+    """The sampler the loader draws from that has ``set_epoch`` (DistributedSampler and the like;
+    the ElasticSampler :func:`follow` put behind a DistributedSampler first), if any."""
+    for s in (getattr(getattr(loader, "batch_sampler", None), "sampler", None),
+              getattr(loader, "sampler", None)):
         if s is not None and callable(getattr(s, "set_epoch", None)):
             return s
     return None
@@ -84,9 +85,12 @@ class Checkpointer:
 
     The data position: ``dataloader`` must have ``state_dict()`` / ``load_state_dict()``
     (``torchdata.stateful_dataloader.StatefulDataLoader``); each rank saves its own, with
-    its sampler's epoch, and ``resume()`` restores both.  With an :class:`ElasticSampler`
-    the position is global (samples of the epoch's order consumed by all ranks), so a job
-    resumed at another world size re-splits it and sees exactly the samples not yet seen.
+    its sampler's epoch, and ``resume()`` restores both.  With an :class:`ElasticSampler`, or
+    torch's ``DistributedSampler`` (behind which the Checkpointer puts one, yielding the same
+    batches), the position is global (samples of the epoch's order consumed by all ranks), so a
+    job resumed at another world size re-splits it and sees exactly the samples not yet seen.  A
+    sampler whose order hal cannot reproduce is refused at another world size (CheckpointError
+    naming ElasticSampler), never resumed into repeated samples.
 
     A model with DTensor parameters (FSDP2 ``fully_shard``, tensor parallel, 2-D meshes) is
     saved through ``torch.distributed.checkpoint`` (``dcp.async_save`` when asynchronous):
@@ -119,6 +123,7 @@ class Checkpointer:
         self.dataloader = dataloader
         if dataloader is not None:
             _own_generator(dataloader)
+            follow(dataloader)   # torch's DistributedSampler: the same batches, a global data position
         self.keep_last = keep_last
         self.async_save = async_save
         self.mode = mode
@@ -287,13 +292,14 @@ class Checkpointer:
 
     def _restore_global(self, ck: Checkpoint, sampler: ElasticSampler) -> Optional[str]:
         g = ck.data["global"]
+        name = type(getattr(sampler, "follows", sampler)).__name__
         if g["length"] != len(sampler.dataset):
             raise CheckpointError(f"{ck.path}: the data position belongs to a dataset of {g['length']} samples, "
-                                  f"this ElasticSampler's has {len(sampler.dataset)}; resume with the same dataset")
+                                  f"this {name}'s has {len(sampler.dataset)}; resume with the same dataset")
         if (g["seed"], g["shuffle"]) != (sampler.seed, bool(sampler.shuffle)):
-            raise CheckpointError(f"{ck.path}: saved with ElasticSampler(seed={g['seed']}, shuffle={g['shuffle']}), "
-                                  f"resumed with seed={sampler.seed}, shuffle={sampler.shuffle}: the epoch's "
-                                  "order would differ; build the sampler as when saving")
+            raise CheckpointError(f"{ck.path}: saved with a sampler of seed={g['seed']}, shuffle={g['shuffle']}, "
+                                  f"resumed with {name}(seed={sampler.seed}, shuffle={sampler.shuffle}): the "
+                                  "epoch's order would differ; build the sampler as when saving")
         sampler.resume_at(g["epoch"], g["position"])
         gen = getattr(self.dataloader, "generator", None)
         if gen is not None and "generator" in ck.data:
@@ -316,15 +322,24 @@ class Checkpointer:
         _, world = _dist.rank_world()
         saved_world = int(ck.manifest.get("world_size", 1))
         sampler = _sampler(self.dataloader)
-        if isinstance(sampler, ElasticSampler) and ck.data is not None and "global" in ck.data:
-            return self._restore_global(ck, sampler)
+        g = ck.data.get("global") if ck.data is not None else None
+        if isinstance(sampler, ElasticSampler) and g is not None:
+            same_split = saved_world == world and g["world_size"] == sampler.num_replicas
+            # a DistributedSampler resumed on the split it was saved on takes the loader's own state,
+            # as before hal followed it (its workers' seeds included); anything else, the global position
+            if not (isinstance(sampler, FollowedSampler) and same_split and "loader" in ck.data):
+                return self._restore_global(ck, sampler)
+        if sampler is not None and saved_world != world:
+            raise CheckpointError(resplit_refusal(ck.path, sampler, saved_world, world))
         if sampler is not None and ck.epoch is not None:
             sampler.set_epoch(ck.epoch)
+            if isinstance(sampler, FollowedSampler):
+                sampler.follows.set_epoch(ck.epoch)
         if saved_world != world:
             warnings.warn(CheckpointWarning(
                 f"{ck.path} was saved by {saved_world} rank(s) and is resumed by {world}: each rank's "
                 "data position belongs to the old split of the data, so it is not restored; the "
-                f"epoch ({ck.epoch}) starts from the beginning"), stacklevel=3)
+                f"epoch ({ck.epoch}) starts from the beginning"), stacklevel=3)  # a loader without a sampler split
             return
         if ck.data is None or "loader" not in ck.data:
             warnings.warn(CheckpointWarning(

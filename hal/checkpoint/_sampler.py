@@ -7,6 +7,12 @@ with ``seed + epoch``), hands rank ``r`` of ``W`` every ``W``-th of the samples 
 and is positioned by how many samples of that global order the job has consumed.  With the
 global batch held constant (``W * batch_size``), a job resumed at another world size sees
 exactly the samples the old one had not consumed, in the same global order.
+
+torch's own ``DistributedSampler`` gets the same: :func:`follow` puts an ElasticSampler behind it
+(its order at a fresh start is the DistributedSampler's, epoch by epoch), so a job written with
+DistributedSampler re-splits its data position too.  A sampler whose order hal cannot reproduce
+(a subclass with its own ``__iter__``, another distributed sampler) is refused at another world
+size by the Checkpointer (:func:`resplit_refusal`), never resumed with a repeat.
 """
 from __future__ import annotations
 
@@ -112,6 +118,95 @@ class ElasticSampler(Sampler):
         if self._iter_epoch != self.epoch:
             return self._start
         return min(self._iter_start + batches * batch_size * self.num_replicas, len(self.dataset))
+
+
+class FollowedSampler(ElasticSampler):
+    """An ElasticSampler behind a torch ``DistributedSampler`` (``follows``): it yields what the
+    DistributedSampler would, reads its epoch at every pass (the training loop calls ``set_epoch``
+    on the user's sampler), and holds the global data position the Checkpointer saves and
+    re-splits.  Made by :func:`follow`."""
+
+    def __init__(self, sampler):
+        super().__init__(sampler.dataset, sampler.num_replicas, sampler.rank, shuffle=sampler.shuffle,
+                         seed=sampler.seed, drop_last=sampler.drop_last)
+        self.follows = sampler
+        self.epoch = sampler.epoch
+
+    def __iter__(self) -> Iterator[int]:
+        self.set_epoch(self.follows.epoch)
+        yield from super().__iter__()
+
+    def __len__(self) -> int:
+        return len(self._remaining(self._start if self.follows.epoch == self.epoch else 0)) // self.num_replicas
+
+    def resume_at(self, epoch: int, position: int) -> None:
+        """:meth:`ElasticSampler.resume_at`, and the user's DistributedSampler set to ``epoch``."""
+        super().resume_at(epoch, position)
+        self.follows.set_epoch(int(epoch))
+
+
+#: what a DistributedSampler subclass may not override for hal to reproduce its order
+_ORDER_METHODS = ("__iter__", "__len__", "set_epoch")
+
+
+def _reproducible(sampler) -> bool:
+    """True for a torch ``DistributedSampler`` (or a subclass keeping its order): its order is the
+    one ElasticSampler draws."""
+    from torch.utils.data import DistributedSampler
+
+    return isinstance(sampler, DistributedSampler) and all(
+        getattr(type(sampler), m) is getattr(DistributedSampler, m) for m in _ORDER_METHODS)
+
+
+def follow(loader) -> Optional[FollowedSampler]:
+    """Put a :class:`FollowedSampler` behind ``loader``'s torch ``DistributedSampler``: the loader's
+    batch sampler draws from it, the user's sampler object stays the loader's ``sampler`` and keeps
+    its ``set_epoch``.  The batches do not change (at a fresh start ElasticSampler yields what
+    DistributedSampler yields); the data position becomes global.  None, changing nothing, when the
+    loader does not draw from such a sampler through a batch sampler (``batch_size=`` given), or
+    is not torchdata's ``StatefulDataLoader`` (which says how many batches it delivered), or has
+    made its iterator already (``iter()``, ``state_dict()``): the Checkpointer calls it when it is
+    built, before the training loop.  The sampler's order of its current epoch is drawn once more to
+    check that hal draws the same (one ``randperm`` of the dataset's length).
+    """
+    sampler = getattr(loader, "sampler", None)
+    batches = getattr(loader, "batch_sampler", None)
+    if isinstance(getattr(batches, "sampler", None), FollowedSampler):
+        return batches.sampler
+    if not _reproducible(sampler) or getattr(batches, "sampler", None) is not sampler \
+            or not isinstance(getattr(loader, "batch_size", None), int):
+        return None
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    if not isinstance(loader, StatefulDataLoader):  # the position counts the batches it says it delivered
+        return None
+    if getattr(loader, "_iterator", None) is not None:
+        # torch 2.13's DataLoader keeps its iterator (made by iter() or StatefulDataLoader.state_dict()),
+        # which may hold the DistributedSampler itself: then positions stay per rank (a resume at
+        # another world size is refused, never re-split from a sampler the loader did not draw from)
+        return None
+    followed = FollowedSampler(sampler)
+    if followed._remaining(0)[followed.rank::followed.num_replicas] != list(iter(sampler)):
+        return None  # an order hal does not draw alike (a subclass that changed it): never re-split
+    batches.sampler = followed
+    return followed
+
+
+def resplit_refusal(path, sampler, saved_world: int, world: int) -> str:
+    """Why a checkpoint saved by ``saved_world`` ranks cannot resume ``sampler``'s data position
+    at ``world`` ranks, and the fix (the message of the Checkpointer's error)."""
+    name = type(getattr(sampler, "follows", sampler)).__name__
+    if isinstance(sampler, ElasticSampler):
+        why = "the checkpoint holds no global data position (hal did not keep one for this loader when saving)"
+    else:
+        why = (f"hal cannot reproduce the order of {name} (it re-splits torch's DistributedSampler, "
+               f"subclasses keeping its order, and hal.checkpoint.ElasticSampler)")
+    return (f"{path} was saved by {saved_world} rank(s) and is resumed by {world}, and the data position "
+            f"of this loader's {name} cannot be re-split: {why}. Each rank's position belongs to the old "
+            f"split of the data, and resuming it would feed samples twice and skip others. Resume with "
+            f"{saved_world} rank(s), or build the loader on hal.checkpoint.ElasticSampler(dataset, "
+            f"shuffle=..., seed=..., drop_last=...) (the same order as DistributedSampler) and start "
+            f"from a checkpoint saved with it")
 
 
 def delivered_batches(loader) -> int:

@@ -212,6 +212,118 @@ def all_gather_and_reduce_coalesced(s: Side):
     return ts + [t for per_rank in outs for t in per_rank]
 
 
+#: PREMUL_SUM factors: one every rank shares, one per rank (given as a tensor on the tested side);
+#: powers of two, so that the integer-valued data stays exact in any summation order
+_FACTORS = ((lambda rank: 0.5, False), (lambda rank: 0.25 * (rank + 1), True))
+
+
+def _premul(s: Side, data, factor: float, as_tensor: bool = False):
+    """``(data, op)`` for a ``ReduceOp.PREMUL_SUM(factor)`` collective over ``data`` (a tensor or a
+    list): on the tested side the data as it is and NCCL's op (the factor a float, or a scalar tensor
+    on the side's device); on gloo, which has no such op, the plain computation: a multiplied copy of
+    the data, summed."""
+    if s.reference:
+        scaled = data * factor if isinstance(data, torch.Tensor) else [d * factor for d in data]
+        return scaled, dist.ReduceOp.SUM
+    return data, dist.ReduceOp.PREMUL_SUM(torch.tensor(factor, device=s.device) if as_tensor else factor)
+
+
+def _wait(work):
+    if work is not None:
+        work.wait()
+
+
+def premul_sum_all_reduce(s: Side):
+    out = []
+    for factor, as_tensor in _FACTORS:
+        for async_op in (False, True):
+            t, op = _premul(s, s.t([s.rank + 1, 2 - s.rank, 3 * s.rank - 1, 4]), factor(s.rank), as_tensor)
+            _wait(dist.all_reduce(t, op=op, group=s.world, async_op=async_op))
+            out.append(t)
+    t, op = _premul(s, s.t([2 * s.rank + 1] * 5, torch.bfloat16), 0.5)
+    dist.all_reduce(t, op=op, group=s.world)
+    return out + [t]
+
+
+def premul_sum_reduce(s: Side):
+    out = []
+    for factor, as_tensor in _FACTORS:
+        t, op = _premul(s, s.t([float(s.rank + i) for i in range(3)]), factor(s.rank), as_tensor)
+        dist.reduce(t, dst=0, op=op, group=s.world)
+        out += [t] if s.rank == 0 else []
+    return out
+
+
+def premul_sum_reduce_scatter_tensor(s: Side):
+    """Async, as FSDP2 issues it; the input is the caller's and must be left as it was."""
+    out = []
+    for factor, as_tensor in _FACTORS:
+        inp = torch.arange(4.0 * s.size, device=s.device) * (s.rank + 1)
+        data, op = _premul(s, inp, factor(s.rank), as_tensor)
+        res = s.full(4, -1.0)
+        _wait(dist.reduce_scatter_tensor(res, data, op=op, group=s.world, async_op=True))
+        out += [res, inp]
+    return out
+
+
+def premul_sum_reduce_scatter(s: Side):
+    out = []
+    for factor, as_tensor in _FACTORS:
+        ins = [s.t([r + s.rank, r * s.rank, 3.0]) for r in range(s.size)]
+        data, op = _premul(s, ins, factor(s.rank), as_tensor)
+        res = s.full(3, -1.0)
+        dist.reduce_scatter(res, data, op=op, group=s.world)
+        out += [res] + ins
+    return out
+
+
+def premul_sum_coalesced(s: Side):
+    def issue():
+        outs = []
+        for n in (2, 4):
+            out = s.full(n, -1.0)
+            data, op = _premul(s, torch.arange(n * s.size, dtype=torch.float32, device=s.device) * (s.rank + 1), 0.5)
+            dist.reduce_scatter_tensor(out, data, op=op, group=s.world)
+            outs.append(out)
+        return outs
+
+    def issue_all_reduce():
+        ts = []
+        for n in (2, 7):
+            t, op = _premul(s, s.full(n, float(s.rank + n)), 0.25)
+            dist.all_reduce(t, op=op, group=s.world)
+            ts.append(t)
+        return ts
+    ts, op = _premul(s, [s.full(3, s.rank + 1.0), s.full(1, 2.0 * s.rank)], 0.5)
+    dist.all_reduce_coalesced(ts, op=op, group=s.world)
+    return _coalesced(s, issue) + _coalesced(s, issue_all_reduce) + ts
+
+
+def avg(s: Side):
+    """``ReduceOp.AVG`` on the tested side; on gloo, the plain computation: SUM, then / world size."""
+    op = dist.ReduceOp.SUM if s.reference else dist.ReduceOp.AVG
+    t = s.t([s.rank + 1, 2 - s.rank, 3 * s.rank - 1, 4])
+    dist.all_reduce(t, op=op, group=s.world)
+    r = s.t([float(s.rank + i) for i in range(3)])
+    dist.reduce(r, dst=0, op=op, group=s.world)
+    rs = s.full(5, -1.0)
+    _wait(dist.reduce_scatter_tensor(rs, torch.arange(5.0 * s.size, device=s.device) * (s.rank + 1), op=op,
+                                     group=s.world, async_op=True))
+    rl = s.full(2, -1.0)
+    dist.reduce_scatter(rl, [s.t([r + s.rank, r * s.rank]) for r in range(s.size)], op=op, group=s.world)
+    ts = [s.full(3, s.rank + 1.0), s.full(1, 2.0 * s.rank)]
+    dist.all_reduce_coalesced(ts, op=op, group=s.world)
+
+    def issue():
+        outs = [s.full(n, -1.0) for n in (2, 3)]
+        for o in outs:
+            dist.reduce_scatter_tensor(o, torch.arange(o.numel() * s.size, dtype=torch.float32, device=s.device)
+                                       + s.rank, op=op, group=s.world)
+        return outs
+    out = [t] + ([r] if s.rank == 0 else []) + [rs, rl] + ts + _coalesced(s, issue)
+    return [x / s.size for x in out] if s.reference else out
+
+
 def send_recv(s: Side):
     nxt, prv = _ring(s)
     got = s.full(3, -1.0)
@@ -399,6 +511,16 @@ CCL_OPS: Tuple[Tuple[str, str, Callable[[Side], List]], ...] = (
     ("coalesced_all_reduce", "_coalescing_manager around all_reduce", coalesced_all_reduce),
     ("all_gather_and_reduce_coalesced", "all_reduce_coalesced, all_gather_coalesced",
      all_gather_and_reduce_coalesced),
+    ("premul_sum_all_reduce", "NCCL's ReduceOp.PREMUL_SUM: a factor shared and one per rank (a tensor), "
+     "async too, bfloat16", premul_sum_all_reduce),
+    ("premul_sum_reduce", "ReduceOp.PREMUL_SUM at reduce", premul_sum_reduce),
+    ("premul_sum_reduce_scatter_tensor", "FSDP2's gradient reduction after set_gradient_divide_factor "
+     "(async; the input left as it was)", premul_sum_reduce_scatter_tensor),
+    ("premul_sum_reduce_scatter", "ReduceOp.PREMUL_SUM at the list form (inputs left as they were)",
+     premul_sum_reduce_scatter),
+    ("premul_sum_coalesced", "ReduceOp.PREMUL_SUM in _coalescing_manager and all_reduce_coalesced",
+     premul_sum_coalesced),
+    ("avg", "ReduceOp.AVG (FSDP2's default reduce-scatter op) in every collective that takes an op", avg),
     ("send_recv", "pipeline parallel (blocking p2p)", send_recv),
     ("isend_irecv", "pipeline parallel (async p2p)", isend_irecv),
     ("batch_isend_irecv", "torch.distributed.pipelining's schedules", batch_isend_irecv),

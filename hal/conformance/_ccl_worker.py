@@ -1,7 +1,8 @@
 """One rank of the conformance CCL check (``python -m hal.conformance._ccl_worker OUT [IDS]``).
 
 Initialises torch.distributed the way a training job does on the selected backend
-(``cpu:gloo,<device>:<ccl>``, ``device_id=`` for an accelerator), builds a gloo group over
+(``cpu:gloo,<device>:<ccl>``, ``device_id=`` for an accelerator; gloo groups serving
+``ReduceOp.PREMUL_SUM`` as under ``hal run`` and ``hal.dist.init()``), builds a gloo group over
 the same ranks for the ground truth, runs every op of :data:`CCL_OPS` (or the comma-separated
 ``IDS``) on both and appends one JSON line per op to ``OUT`` as soon as it is done, so a
 hung op is named by the lines that are missing.
@@ -31,7 +32,7 @@ def main(out_path: str, ids=None) -> None:
     import torch.distributed as dist
 
     from hal.conformance._ccl_ops import CCL_OPS, OpSkip, Side, disagreement, reference_group
-    from hal.dist import register_plugin_ccl
+    from hal.dist import premul_sum, register_plugin_ccl
     from hal.plugin.registry import selected_backend
 
     b = selected_backend()
@@ -48,6 +49,7 @@ def main(out_path: str, ids=None) -> None:
         dev = b.device()
         kwargs["device_id"] = dev
     dist.init_process_group(backend, rank=rank, world_size=world, timeout=timeout, **kwargs)
+    premul_sum.install(premul_sum.INSTALLED.patch)
     gloo = reference_group(timeout=timeout)
     sides = (Side(dev, False, dist.group.WORLD, rank, world, kwargs.get("device_id")),
              Side(torch.device("cpu"), True, gloo, rank, world, kwargs.get("device_id")))

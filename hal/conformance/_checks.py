@@ -381,6 +381,28 @@ def check_op_profile(ctx: Context) -> str:
     return f"shipped profile matches the device ({s['native']} native, {s['fallback']} fallback)"
 
 
+def check_deepspeed(ctx: Context) -> str:
+    """The DeepSpeed accelerator hal installs for the backend (:mod:`hal.stacks.deepspeed`), in a fresh
+    process: names, CCL, RNG, streams, memory, FusedAdam against torch's AdamW."""
+    import importlib.util
+    if importlib.util.find_spec("deepspeed") is None:
+        raise Skip("DeepSpeed is not installed here (pip install --no-build-isolation deepspeed)")
+    out = os.path.join(ctx.tmpdir, "deepspeed.json")
+    p = subprocess.run([sys.executable, "-m", "hal.conformance._deepspeed_worker", out], env=ctx.env,
+                       capture_output=True, text=True, timeout=600)
+    if p.returncode != 0 or not os.path.exists(out):
+        last = [ln for ln in p.stderr.strip().splitlines() if ln.strip()][-1:] or ["no output"]
+        raise Fail(f"the DeepSpeed worker exited with {p.returncode}: {last[0][:300]}")
+    with open(out) as f:
+        res = json.load(f)
+    bad = [r for r in res["parts"] if not r["ok"]]
+    if bad:
+        raise Fail("; ".join(f"{r['part']}: {r['detail']}" for r in bad) +
+                   " (DeepSpeed's switches: DS_ACCELERATOR=<name> picks its own accelerator, "
+                   "\"torch_adam\": true avoids its fused optimizer)")
+    return f"{res['choice']}: " + ", ".join(r["part"] for r in res["parts"])
+
+
 #: (id, title, function) in the order they run
 CHECKS: Tuple[Tuple[str, str, Callable[[Context], Optional[str]]], ...] = (
     ("metadata", "registry metadata (spec)", check_metadata),
@@ -395,4 +417,5 @@ CHECKS: Tuple[Tuple[str, str, Callable[[Context], Optional[str]]], ...] = (
     ("collectives", "collectives at 2 ranks", check_collectives),
     ("ccl", "every c10d op a CCL must serve, against gloo, at 2 ranks", check_ccl_ops),
     ("op_profile", "op profile consistency (hal probe)", check_op_profile),
+    ("deepspeed", "DeepSpeed accelerator: names, CCL, RNG, streams, memory, FusedAdam", check_deepspeed),
 )

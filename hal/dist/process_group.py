@@ -4,7 +4,8 @@
 ``MASTER_ADDR``, ``MASTER_PORT``), binds the rank to its device, meets the other ranks on
 a c10d ``TCPStore`` (checking that they agree on the world size and naming any that do not
 arrive), then calls ``torch.distributed.init_process_group`` with the backend string
-``"cpu:gloo,<device>:<ccl>"``.  Without those variables it starts a one-rank group.
+``"cpu:gloo,<device>:<ccl>"``.  Without those variables it starts a one-rank group.  Until
+``destroy()``, gloo groups serve ``ReduceOp.PREMUL_SUM`` (:mod:`hal.dist.premul_sum`).
 """
 from __future__ import annotations
 
@@ -333,6 +334,8 @@ def init(backend: Optional[str] = None, *, timeout: Optional[float] = None,
                         f"run 'hal doctor' on this node") from exc
     if store is None:
         store = dist.distributed_c10d._get_default_store()
+    from hal.dist import premul_sum
+    premul_sum.install(premul_sum.INSTALLED.patch)  # ReduceOp.PREMUL_SUM on gloo groups, until destroy()
     from hal.util import exit as _exit
     _exit.register()  # gloo's work threads must not outlive the interpreter's GIL
     STATE.store, STATE.prefix, STATE.seq = store, prefix, 0
@@ -357,4 +360,6 @@ def destroy() -> None:
     """Tear the process group down (safe to call twice)."""
     if dist.is_initialized():
         dist.destroy_process_group()
+    from hal.dist import premul_sum
+    premul_sum.INSTALLED.restore()
     STATE.info, STATE.store, STATE.seq = None, None, 0

@@ -27,8 +27,11 @@ its runtime from its ATen kernels):
 
 ==============================  =================================================================
 the device runtime
-``csrc/runtime.cpp``            devices, memory (allocator, pinned host memory), streams and
-                                events (the device guard), generators, the ``PrivateUse1`` hooks
+``csrc/runtime.cpp``            devices, streams (with CUDA's priorities) and events (the device
+                                guard), the ``PrivateUse1`` hooks
+``csrc/memory.cpp``             the device allocator (a ``c10::DeviceAllocator`` from torch 2.9)
+                                and its statistics, pinned host memory
+``csrc/generator.cpp``          the counter-based generator: CUDA's (seed, offset) state
 ``_module.py``                  ``torch.emu``, the device module (``torch.cuda``'s API)
 ``_device.py``                  :func:`install`: ``PrivateUse1`` renamed ``emu``, ``torch.emu``,
                                 ``Tensor.emu()``, then the ops and the process hooks

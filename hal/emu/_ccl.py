@@ -5,6 +5,13 @@ Named by the plugin's ``hal_c10d_backend`` hook and registered the way vendor CC
 ``devices=["emu"]``), so ``init_process_group("cpu:gloo,emu:emuccl")`` and
 ``hal.dist.init()`` on the emulator take the same path as hccl or cncl.  Inside, it runs
 gloo on CPU views of the emulated tensors' bytes — in place, without copies.
+
+It serves ``ReduceOp.PREMUL_SUM`` (NCCL's op, FSDP2's after ``set_gradient_divide_factor``), which
+gloo refuses, in every collective that takes an op: the inputs multiplied by the factor, then summed
+(:func:`hal.dist.premultiplied`: in place where the collective writes its tensor, a copy where the
+input is only read).  gloo refuses it only when the collective runs (at ``wait()``), so each call
+reads its op first: ``opts.reduceOp`` compared with the op type, the one attribute read of the hot
+path (torch 2.13's options are C++ objects; reading one costs a few hundred ns).
 """
 from __future__ import annotations
 
@@ -16,6 +23,7 @@ import torch.distributed as dist
 from torch.distributed import ProcessGroupGloo
 from torch._C._distributed_c10d import AllgatherOptions  # not re-exported by torch.distributed 2.13
 
+from hal.dist import premul_sum_factor, premultiplied
 from hal.emu._device import DEVICE_TYPE
 
 
@@ -81,6 +89,33 @@ def _host(tensors):
 
 def _host2(lists):
     return [_host(ts) for ts in lists]
+
+
+_PREMUL_SUM = dist.ReduceOp.RedOpType.PREMUL_SUM
+
+
+def _premul_sum(opts) -> bool:
+    """True when ``opts`` (a collective's options) asks for ``PREMUL_SUM``."""
+    return opts is not None and opts.reduceOp == _PREMUL_SUM
+
+
+def _summing(opts):
+    """A copy of ``opts`` asking for ``SUM`` (the caller's options object stays as it is)."""
+    new = type(opts)()
+    for name in ("timeout", "asyncOp", "rootRank", "rootTensor"):
+        if hasattr(opts, name):
+            setattr(new, name, getattr(opts, name))
+    new.reduceOp = dist.ReduceOp.SUM
+    return new
+
+
+def _premultiplied(host_tensors, opts, in_place):
+    """Host tensors multiplied by the factor of ``opts``'s ``PREMUL_SUM`` (a tensor factor on the
+    emulator read through its host view)."""
+    factor = premul_sum_factor(opts.reduceOp)
+    if isinstance(factor, torch.Tensor):
+        factor = unwrap(factor)
+    return [premultiplied(t, factor, in_place) for t in host_tensors]
 
 
 class _Gloo(ProcessGroupGloo):
@@ -156,15 +191,21 @@ class EmuCCL(dist.ProcessGroup):
         return child
 
     def allreduce(self, tensors, opts=None):
+        if _premul_sum(opts):
+            return self._gloo_allreduce(_premultiplied(_host(tensors), opts, True), _summing(opts))
         return self._gloo_allreduce(_host(tensors), opts or dist.AllreduceOptions())
 
     def allreduce_coalesced(self, tensors, opts=None):
+        if _premul_sum(opts):
+            return self._gloo.allreduce_coalesced(_premultiplied(_host(tensors), opts, True), _summing(opts))
         return self._gloo.allreduce_coalesced(_host(tensors), opts or dist.AllreduceCoalescedOptions())
 
     def broadcast(self, tensors, opts=None):
         return self._gloo.broadcast(_host(tensors), opts or dist.BroadcastOptions())
 
     def reduce(self, tensors, opts=None):
+        if _premul_sum(opts):  # gloo writes every rank's buffer, the root's and the others': in place
+            return self._gloo.reduce(_premultiplied(_host(tensors), opts, True), _summing(opts))
         return self._gloo.reduce(_host(tensors), opts or dist.ReduceOptions())
 
     def allgather(self, output_tensors, input_tensors, opts=None):
@@ -192,10 +233,17 @@ class EmuCCL(dist.ProcessGroup):
         return self._gloo.scatter(_host(output_tensors), _host2(input_tensors), opts or dist.ScatterOptions())
 
     def reduce_scatter(self, output_tensors, input_tensors, opts=None):
+        if _premul_sum(opts):
+            return self._gloo.reduce_scatter(_host(output_tensors),
+                                             [_premultiplied(_host(ts), opts, False) for ts in input_tensors],
+                                             _summing(opts))
         return self._gloo.reduce_scatter(_host(output_tensors), _host2(input_tensors),
                                          opts or dist.ReduceScatterOptions())
 
     def _reduce_scatter_base(self, output, input, opts=None):
+        if _premul_sum(opts):
+            return self._gloo_reduce_scatter_base(output if output.is_cpu else _view(output),
+                                                  _premultiplied([unwrap(input)], opts, False)[0], _summing(opts))
         return self._gloo_reduce_scatter_base(output if output.is_cpu else _view(output),
                                               input if input.is_cpu else _view(input),
                                               opts or dist.ReduceScatterOptions())

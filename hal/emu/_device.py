@@ -84,6 +84,7 @@ def install() -> None:
         from hal.emu import _dispatch, _ipc, _module
 
         torch._register_device_module(DEVICE_TYPE, _module)
+        _module.check_torch_features()
         from hal.emu import _compile_rng
         _compile_rng.install(DEVICE_TYPE, _module)
         sys.modules.setdefault(f"torch.{DEVICE_TYPE}", _module)

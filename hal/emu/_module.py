@@ -10,8 +10,10 @@ wall time for ``elapsed_time``.
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 import os
+import warnings
 from typing import Any, List, Optional, Union
 
 import torch
@@ -22,6 +24,10 @@ from hal.emu._device import DEVICE_TYPE
 _C = load()
 #: the default generator of each emulated device, as torch.cuda.default_generators
 default_generators = _C.default_generators()
+#: what this build gives torch's device-generic code, which depends on the torch it was compiled for:
+#: ``device_allocator`` (torch.accelerator's memory API, torch 2.9 and later), ``host_allocator``
+#: (torch.accelerator.empty_host_cache, from 2.13), ``torch`` (major.minor), ``stream_priorities``
+FEATURES = dict(_C.features())
 
 _DeviceLike = Union[int, str, torch.device, None]
 #: c10::DeviceType::PrivateUse1, as torch.Stream(device_type=...) takes it
@@ -155,13 +161,32 @@ def is_bf16_supported(including_emulation: bool = True) -> bool:
 
 # -- streams and events -------------------------------------------------------------------
 class Stream(torch.Stream):
-    """A stream of an emulated device (``torch.Stream`` on ``emu``)."""
+    """A stream of an emulated device (a ``torch.Stream`` on ``emu``) with CUDA's priorities:
+    ``priority`` from 0 (the default, lowest) to ``priority_range()[1]`` (highest), a value outside
+    clamped to the nearest, as CUDA does.  Work is synchronous, so a priority orders nothing."""
 
     def __new__(cls, device: _DeviceLike = None, priority: int = 0, **kwargs):
+        if {"stream_id", "device_index", "device_type"} <= kwargs.keys():  # an existing stream, as torch.cuda.Stream
+            return super().__new__(cls, stream_id=kwargs["stream_id"], device_index=kwargs["device_index"],
+                                   device_type=kwargs["device_type"])
         return super().__new__(cls, device=torch.device(DEVICE_TYPE, _index(device)), priority=priority)
 
     def __init__(self, device: _DeviceLike = None, priority: int = 0, **kwargs):
         pass
+
+    @property
+    def priority(self) -> int:
+        """The priority the stream was made with (clamped to :meth:`priority_range`)."""
+        return _C.stream_priority(self.stream_id)
+
+    @staticmethod
+    def priority_range():
+        """``(lowest, highest)`` priority, as ``torch.cuda.Stream.priority_range()``."""
+        return 0, 1 - FEATURES["stream_priorities"]
+
+
+def _as_emu_stream(s: torch.Stream) -> Stream:
+    return Stream(stream_id=s.stream_id, device_index=s.device_index, device_type=s.device_type)
 
 
 class _EventType(type):
@@ -179,13 +204,14 @@ class Event(metaclass=_EventType):
                            enable_timing=enable_timing, blocking=blocking, interprocess=interprocess)
 
 
-def current_stream(device: _DeviceLike = None) -> torch.Stream:
-    return torch.accelerator.current_stream(_index(device))
+def current_stream(device: _DeviceLike = None) -> Stream:
+    """The current stream of ``device`` on this thread."""
+    return _as_emu_stream(torch.accelerator.current_stream(_index(device)))
 
 
-def default_stream(device: _DeviceLike = None) -> torch.Stream:
-    """The default stream (id 0) of ``device``."""
-    return torch.Stream(stream_id=0, device_index=_index(device), device_type=_PRIVATEUSE1)
+def default_stream(device: _DeviceLike = None) -> Stream:
+    """The default stream (id 0, priority 0) of ``device``."""
+    return Stream(stream_id=0, device_index=_index(device), device_type=_PRIVATEUSE1)
 
 
 def set_stream(stream: torch.Stream) -> None:
@@ -208,27 +234,60 @@ def stream(s: Optional[torch.Stream]):
 
 
 # -- memory -------------------------------------------------------------------------------
-def memory_stats(device: _DeviceLike = None) -> dict:
-    return dict(_C.memory_stats(_index(device)))
+# One source of truth: the C++ allocator's counters (csrc/memory.cpp), which torch.accelerator's memory
+# API reads too (torch 2.9 and later).  The allocator does not cache: reserved is allocated.
+def _flat(prefix: str, value: Any, out: list) -> None:
+    if isinstance(value, dict):
+        for key, inner in value.items():
+            _flat(f"{prefix}.{key}" if prefix else key, inner, out)
+    else:
+        out.append((prefix, value))
+
+
+def memory_stats(device: _DeviceLike = None) -> "collections.OrderedDict[str, int]":
+    """Allocator statistics of ``device`` under ``torch.cuda.memory_stats()``'s keys
+    (``allocated_bytes.all.current``, ``reserved_bytes.large_pool.peak``, ``num_ooms``, ...), sorted;
+    the same numbers ``torch.accelerator.memory_stats()`` gives."""
+    flat: list = []
+    _flat("", _C.memory_stats(_index(device)), flat)
+    return collections.OrderedDict(sorted(flat))
+
+
+def _stat(device: _DeviceLike, key: str, field: str) -> int:
+    return _C.memory_stats(_index(device))[key]["all"][field]
 
 
 def memory_allocated(device: _DeviceLike = None) -> int:
-    return _C.memory_stats(_index(device))["allocated_bytes.all.current"]
+    """Bytes held by tensors on ``device`` now."""
+    return _stat(device, "allocated_bytes", "current")
 
 
 def max_memory_allocated(device: _DeviceLike = None) -> int:
-    return _C.memory_stats(_index(device))["allocated_bytes.all.peak"]
+    """The most bytes tensors held on ``device`` since the start or :func:`reset_peak_memory_stats`."""
+    return _stat(device, "allocated_bytes", "peak")
 
 
-memory_reserved = memory_allocated
-max_memory_reserved = max_memory_allocated
+def memory_reserved(device: _DeviceLike = None) -> int:
+    """Bytes the allocator holds on ``device``: what tensors hold, since nothing is cached."""
+    return _stat(device, "reserved_bytes", "current")
+
+
+def max_memory_reserved(device: _DeviceLike = None) -> int:
+    return _stat(device, "reserved_bytes", "peak")
 
 
 def reset_peak_memory_stats(device: _DeviceLike = None) -> None:
+    """Make every peak the current value."""
     _C.reset_peak(_index(device))
 
 
 reset_max_memory_allocated = reset_peak_memory_stats
+reset_max_memory_cached = reset_peak_memory_stats
+
+
+def reset_accumulated_memory_stats(device: _DeviceLike = None) -> None:
+    """Zero the ``allocated`` and ``freed`` totals (and ``num_ooms``)."""
+    _C.reset_accumulated(_index(device))
 
 
 def empty_cache() -> None:
@@ -237,9 +296,7 @@ def empty_cache() -> None:
 
 def mem_get_info(device: _DeviceLike = None):
     """``(free, total)`` host bytes, since emulated memory is host memory."""
-    _index(device)
-    page = os.sysconf("SC_PAGE_SIZE")
-    return page * os.sysconf("SC_AVPHYS_PAGES"), page * os.sysconf("SC_PHYS_PAGES")
+    return tuple(_C.memory_info(_index(device)))
 
 
 # -- RNG ----------------------------------------------------------------------------------
@@ -281,3 +338,22 @@ def get_rng_state_all() -> List[torch.Tensor]:
 def set_rng_state_all(new_states) -> None:
     for g, state in zip(default_generators, new_states):
         g.set_state(state)
+
+
+# -- what this torch lacks ----------------------------------------------------------------
+def check_torch_features() -> None:
+    """Say plainly (a RuntimeWarning) where this torch offers a device-generic call that the emulator
+    built for it cannot serve, instead of letting torch fail obscurely or crash later."""
+    accelerator = getattr(torch, "accelerator", None)
+    version = torch.__version__
+    if not FEATURES["device_allocator"] and hasattr(accelerator, "memory_allocated"):
+        warnings.warn(f"emu: torch {version} offers torch.accelerator's memory API, but the emulator built for it "
+                      f"has no c10::DeviceAllocator (hal enables it from torch 2.9), so torch.accelerator."
+                      f"memory_allocated(), empty_cache() and the rest fail with 'Allocator for emu is not a "
+                      f"DeviceAllocator'; use torch.emu's memory calls, and report this torch version to hal",
+                      RuntimeWarning, stacklevel=2)
+    if not FEATURES["host_allocator"] and hasattr(accelerator, "empty_host_cache"):
+        warnings.warn(f"emu: torch {version} offers torch.accelerator.empty_host_cache(), but the emulator built "
+                      f"for it registers no host allocator (hal does from torch 2.13), and torch may crash the "
+                      f"process without one; do not call it on emu, and report this torch version to hal",
+                      RuntimeWarning, stacklevel=2)

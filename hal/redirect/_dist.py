@@ -4,6 +4,8 @@
   ``"cpu:gloo,<device>:<ccl>"`` elsewhere; ``device_id=torch.device("cuda", i)`` maps to the
   backend's device (dropped on the CPU, where gloo binds none).
 - ``DistributedDataParallel(device_ids=[i])``: the backend's index (none on the CPU).
+- ``ReduceOp.PREMUL_SUM`` (NCCL's; FSDP2's after ``set_gradient_divide_factor``) on a group that
+  runs in gloo: the input multiplied, then summed (:mod:`hal.dist.premul_sum`).
 - ``DataParallel(model)``: torch's DataParallel scatters with CUDA-only kernels, so on any
   other backend it runs the module on the current device in this process (as torch does
   where no GPU is visible); use DistributedDataParallel for several devices.
@@ -105,4 +107,6 @@ def install(t: Redirection) -> None:
         elastic.install()  # torchrun restarts (hal run --max-restarts) need a fresh key space per attempt
         _install_process_groups(t)
         _install_ddp(t)
+        from hal.dist import premul_sum
+        premul_sum.install(t.patch)
     _install_data_parallel(t)

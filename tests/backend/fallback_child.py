@@ -83,9 +83,10 @@ def vendor_kernel():
 
 
 def zoo(use_fallback: bool, steps: int):
-    from models import ARCHITECTURES, train
+    # without dropout: the emulator's generator is not the CPU's (counter-based, as CUDA's)
+    from models import ARCHITECTURES, WITHOUT_DROPOUT, train
     out = {"install": hal.fallback.install().to_dict() if use_fallback else None, "archs": {}}
-    for name, factory in ARCHITECTURES.items():
+    for name, factory in {**ARCHITECTURES, **WITHOUT_DROPOUT}.items():
         row = {}
         try:
             row["emu"] = train(factory, "emu", steps)

@@ -65,8 +65,11 @@ def _model(layout: str, world: int):
 
 def train(root: str, steps: int, global_batch: int = 8, save_at=None, layout: str = "fsdp",
           async_save: bool = True, crash_rank=None, crash_at: str = "", full_disk_rank=None,
-          workers: int = 0, after_step=None):
+          workers: int = 0, after_step=None, sampler: str = "elastic"):
     """Train to ``steps`` (resuming from ``root`` if it holds a checkpoint); return what was seen.
+
+    ``sampler``: ``"elastic"`` (hal.checkpoint.ElasticSampler) or ``"distributed"`` (torch's
+    DistributedSampler, which the Checkpointer re-splits the same way).
 
     ``save_at``: steps to save at.  ``full_disk_rank``: that rank's file size limit drops to
     0 bytes during the second save (what a full disk looks like to ``write``).  ``crash_rank``
@@ -79,7 +82,8 @@ def train(root: str, steps: int, global_batch: int = 8, save_at=None, layout: st
     opt = torch.optim.AdamW(model.parameters(), lr=0.02, weight_decay=0.01)
     sched = torch.optim.lr_scheduler.StepLR(opt, step_size=3, gamma=0.7)
     data = Ids()
-    sampler = ckpt.ElasticSampler(data, num_replicas=dp_size, rank=dp_rank, shuffle=True, seed=7)
+    kind = ckpt.ElasticSampler if sampler == "elastic" else torch.utils.data.DistributedSampler
+    sampler = kind(data, num_replicas=dp_size, rank=dp_rank, shuffle=True, seed=7)
     loader = StatefulDataLoader(data, batch_size=global_batch // dp_size, sampler=sampler,
                                 num_workers=workers)
     records = []
@@ -154,3 +158,37 @@ class _Keep(logging.Handler):
 
     def emit(self, record):
         self.into.append(record.getMessage())
+
+
+def distributed_sampler(root: str, steps: int, n: int, global_batch: int, save_at=None,
+                        drop_last: bool = False):
+    """A data-parallel job over torch's own ``DistributedSampler`` (what most scripts use, not
+    hal's ElasticSampler): train to ``steps`` (resuming from ``root``), saving at ``save_at``;
+    return each step's epoch and the dataset ids this rank took."""
+    from torch.utils.data import DistributedSampler
+
+    world, rank = dist.get_world_size(), dist.get_rank()
+    model = torch.nn.Linear(1, 1)
+    sampler = DistributedSampler(range(n), num_replicas=world, rank=rank, shuffle=True, seed=11,
+                                 drop_last=drop_last)
+    loader = StatefulDataLoader(range(n), batch_size=global_batch // world, sampler=sampler)
+    records = []
+    logging.getLogger("hal.checkpoint").addHandler(_Keep(records))
+    saver = ckpt.Checkpointer(root, model=model, dataloader=loader, async_save=False)
+    ck = saver.resume()
+    step = ck.step if ck else 0
+    epoch = ck.epoch if ck and ck.epoch is not None else 0
+    ids, epochs = {}, {}
+    with saver:
+        while step < steps:
+            sampler.set_epoch(epoch)
+            for idx in loader:
+                step += 1
+                ids[step], epochs[step] = idx.tolist(), epoch
+                if save_at and step in save_at:
+                    saver.save(step)
+                if step == steps:
+                    break
+            else:
+                epoch += 1
+    return {"ids": ids, "epochs": epochs, "resumed_from": ck.step if ck else None, "log": records}

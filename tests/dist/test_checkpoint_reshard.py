@@ -1,7 +1,9 @@
 """Sharded checkpoints (FSDP2 on cpu/gloo) resumed at another world size, against an uninterrupted run.
 
-A 4-rank FSDP2 job (tests/dist/_reshard_worker.py: a 2-layer MLP, AdamW, StepLR, an
-ElasticSampler over 96 samples, global batch 8, so 12 steps an epoch) saves at steps 1, 3, 5
+A 4-rank FSDP2 job (tests/dist/_reshard_worker.py: a 2-layer MLP, AdamW, StepLR, torch's own
+DistributedSampler over 96 samples -- what most scripts use; the Checkpointer re-splits it as it
+does hal's ElasticSampler, whose runs are in the matrix --, global batch 8, so 12 steps an epoch)
+saves at steps 1, 3, 5
 (keep_last=2) and trains on to step 14; a 2-rank job resumes from step 5 to step 14.  Ground truth is
 the 4-rank run itself: the resumed job must train on the same global batches in the same
 global order and reach the same losses (float32; the reductions run over 2 ranks instead of
@@ -44,8 +46,8 @@ def global_order(ranks, step):
 @pytest.fixture(scope="module")
 def four_then_two(tmp_path_factory):
     root = tmp_path_factory.mktemp("reshard") / "ckpt"
-    ref = run(4, root=str(root), steps=N, save_at=[1, 3, K])   # keep_last=2: step 1 goes
-    resumed = run(2, root=str(root), steps=N)
+    ref = run(4, root=str(root), steps=N, save_at=[1, 3, K], sampler="distributed")   # keep_last=2: step 1 goes
+    resumed = run(2, root=str(root), steps=N, sampler="distributed")
     return root, ref.ranks, resumed.ranks
 
 

@@ -6,8 +6,10 @@ uninterrupted run of the saving layout as in tests/dist/test_checkpoint_reshard.
 global batches in the same global order, losses and final parameters within rtol 1e-5
 (float32), every sample of the epoch once.  Last, the stall of an asynchronous sharded save
 (``Checkpointer.last_stall_s``, what the training loop waits for) against a synchronous one,
-the job relaunched by `hal run` (torchrun) with fewer ranks, and an elastic torchrun job
-(``--nnodes 1:2``) that loses a node and resumes at the smaller size.
+the job relaunched by `hal run` (torchrun) with fewer ranks, an elastic torchrun job
+(``--nnodes 1:2``) that loses a node and resumes at the smaller size, and torch's own
+DistributedSampler re-split 2 -> 4 and 3 -> 2 (with and without drop_last; 4 -> 2 is in the
+default run).
 """
 import json
 import os
@@ -19,7 +21,8 @@ import pytest
 import torch
 
 from fault_injection import descendants
-from test_checkpoint_reshard import ATOL, EPOCH_STEPS, K, N, RTOL, global_order, run
+from hal.dist.launch import spawn
+from test_checkpoint_reshard import ATOL, ENV, EPOCH_STEPS, K, N, RTOL, global_order, run
 
 pytestmark = [pytest.mark.dist, pytest.mark.slow, pytest.mark.reshard]
 
@@ -169,3 +172,35 @@ def test_torchrun_elastic_job_that_loses_a_node_resumes_at_the_smaller_size(tmp_
         torch.testing.assert_close(torch.tensor(res[0].result["params"][name]), torch.tensor(want),
                                    rtol=RTOL, atol=ATOL)
     print("\n" + "\n".join(res[0].result["log"]))
+
+
+SAMPLER_JOB = str(Path(__file__).with_name("_reshard_worker.py")) + ":distributed_sampler"
+
+
+@pytest.mark.parametrize("old,new,drop_last", [(2, 4, False), (3, 2, False), (3, 2, True)])
+def test_torchs_distributed_sampler_resumes_at_another_world_size(tmp_path, old, new, drop_last):
+    """torch's DistributedSampler over 100 samples (uneven at 3 ranks), global batch 12: 4 steps at
+    ``old`` ranks, saved; resumed at ``new`` ranks: epoch 0's samples once each (drop_last: but the
+    new split's tail), then epoch 1 exactly as a DistributedSampler at ``new`` ranks orders it."""
+    from torch.utils.data import DistributedSampler
+
+    n, batch, root = 100, 12, str(tmp_path / "ckpt")
+    kw = dict(root=root, n=n, global_batch=batch, drop_last=drop_last)
+    before = spawn(SAMPLER_JOB, old, kwargs=dict(kw, steps=4, save_at=[4]), env=ENV, timeout=300)
+    after = spawn(SAMPLER_JOB, new, kwargs=dict(kw, steps=40), env=ENV, timeout=300)
+    assert before.ok and after.ok, before.first_error() + after.first_error()
+
+    def seen(res, epoch):
+        return [i for r in res.ranks for s, ids in r.result["ids"].items() if r.result["epochs"][s] == epoch
+                for i in ids]
+    first, rest = seen(before, 0), seen(after, 0)
+    assert len(first) == 4 * batch and not set(first) & set(rest), "a sample of epoch 0 came twice"
+    missed = n - len(set(first) | set(rest))
+    assert missed == ((n - 4 * batch) % new if drop_last else 0), f"{missed} sample(s) of epoch 0 never came"
+    for r in after.ranks:
+        ds = DistributedSampler(range(n), num_replicas=new, rank=r.rank, shuffle=True, seed=11, drop_last=drop_last)
+        ds.set_epoch(1)
+        took = [i for s, ids in sorted(r.result["ids"].items(), key=lambda kv: int(kv[0]))
+                if r.result["epochs"][s] == 1 for i in ids]
+        assert took == list(ds), f"rank {r.rank}: epoch 1 is not DistributedSampler's order at {new} ranks"
+    assert any("data position re-split" in line for line in after.ranks[0].result["log"])

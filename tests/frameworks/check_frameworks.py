@@ -75,6 +75,8 @@ def command(entry, mode, scripts=SCRIPTS, args=None):
     """The command line of ``entry`` in ``mode``: ``plain``, ``cpu`` or ``emu`` (``scripts``: the folder
     of the entry's script; tests/llmstack passes its own; ``args`` replace the entry's)."""
     if mode == "plain":
+        if "plain_nproc_per_node" in entry:  # the stack runs plainly on a CPU at another process count only
+            entry = dict(entry, nproc_per_node=entry["plain_nproc_per_node"])
         return corpus.command_for(entry, scripts=scripts, args=args or entry.get("plain_args", entry["args"]))
     return corpus.command_for(entry, hal=mode, scripts=scripts, args=args)
 

@@ -25,6 +25,7 @@
 #include <c10/core/DeviceGuard.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <memory>
 #include <mutex>
 #include <shared_mutex>
@@ -229,11 +230,7 @@ struct Call {
       see_device(d.has_index() ? d.index() : current_device());
       return c10::IValue(c10::Device(c10::DeviceType::CPU));
     }
-    if (v.isGenerator()) {
-      const auto& g = v.toGenerator();
-      if (g.device().type() == c10::DeviceType::PrivateUse1) return c10::IValue(host_generator(g));
-    }
-    return v;
+    return v;  // an emu generator is drawn from once the call's size is known (draw_from)
   }
 
   // a result of the host kernel, as the tensor the caller gets
@@ -297,6 +294,47 @@ void route_counted(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   host_call(op, stack, /*count=*/true);
 }
 
+// the number of draws a random op makes, as far as its arguments tell: its largest tensor, or for a factory
+// its size (randn, rand's size; randperm's n); an op's draws only need distinct offsets from the next op's
+int64_t draws_of(const c10::FunctionSchema& schema, const torch::jit::Stack& stack, size_t first) {
+  int64_t most = 0;
+  const auto& args = schema.arguments();
+  for (size_t i = 0; i < args.size(); ++i) {
+    const c10::IValue& v = stack[first + i];
+    if (v.isTensor()) {
+      most = std::max(most, v.toTensor().numel());
+    } else if (v.isTensorList()) {
+      for (const at::Tensor& t : v.toTensorList()) most = std::max(most, t.numel());
+    } else if (args[i].name() == "size" && v.isIntList()) {
+      int64_t n = 1;
+      for (int64_t d : v.toIntList()) n *= d;
+      most = std::max(most, n);
+    } else if (args[i].name() == "n" && v.isInt()) {
+      most = std::max(most, v.toInt());
+    }
+  }
+  return most;
+}
+
+// a random op's emu generator (given, or the device's default) becomes the CPU generator of its draws
+void draw_from(const c10::OperatorHandle& op, torch::jit::Stack* stack, size_t first, const OpInfo& info,
+               c10::DeviceIndex index) {
+  int64_t draws = -1;
+  for (size_t g : info.generators) {
+    c10::IValue& v = (*stack)[first + g];
+    at::Generator gen;
+    if (v.isGenerator() && v.toGenerator().device().type() == c10::DeviceType::PrivateUse1) {
+      gen = v.toGenerator();
+    } else if (v.isNone() && index >= 0) {
+      gen = default_generator(index);
+    } else {
+      continue;  // a CPU generator for a host op: torch's own
+    }
+    if (draws < 0) draws = draws_of(op.schema(), *stack, first);
+    v = c10::IValue(host_generator(gen, draws));
+  }
+}
+
 }  // namespace
 
 void host_call(const c10::OperatorHandle& op, torch::jit::Stack* stack, bool count) {
@@ -315,11 +353,8 @@ void host_call(const c10::OperatorHandle& op, torch::jit::Stack* stack, bool cou
       TORCH_CHECK(false, "Expected all tensors to be on the same device, but found at least two devices, emu:",
                   static_cast<int>(call.index), " and ", call.host_arg->device(), "! (when checking arguments for ", info.name, ")");
     }
-    for (size_t g : info.generators) {
-      c10::IValue& v = (*stack)[first + g];
-      if (v.isNone()) v = c10::IValue(host_generator(default_generator(call.index)));
-    }
   }
+  if (!info.generators.empty()) draw_from(op, stack, first, info, call.index);
   if (!info.has_cpu_kernel) no_route(info);
   if (count && tls_counting) {
     info.count.fetch_add(1);
@@ -506,6 +541,16 @@ at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
 
 void record_stream(at::Tensor&, c10::Stream) {}  // work is synchronous: nothing to track
 
+// a host tensor's TensorImpl can take an emu tensor's (and the reverse), as vendors declare for their
+// device (torch lists only its in-tree dense backends): Module.to("emu") then sets param.data and keeps
+// the Parameter objects an optimizer, DeepSpeed's name maps or a weakref already hold, as on CUDA
+bool has_compatible_shallow_copy_type(const at::Tensor& self, const at::Tensor& from) {
+  auto dense = [](const at::Tensor& t) {
+    return t.layout() == at::kStrided && (t.device().is_cpu() || t.device().is_privateuseone());
+  };
+  return self.key_set() == from.key_set() || (dense(self) && dense(from));
+}
+
 // dropout draws its mask from the emu device's generator, as it would from a device's own
 std::tuple<at::Tensor, at::Tensor> native_dropout(const at::Tensor& input, double p, std::optional<bool> train) {
   auto index = input.device().index();
@@ -517,7 +562,7 @@ std::tuple<at::Tensor, at::Tensor> native_dropout(const at::Tensor& input, doubl
   double keep = 1.0 - p;
   double scale = keep == 0 ? 0.0 : 1.0 / keep;
   at::Tensor mask = at::empty_like(x);  // the input's layout, as the CPU's dropout draws it
-  mask.bernoulli_(keep, host_generator(default_generator(index)));
+  mask.bernoulli_(keep, host_generator(default_generator(index), input.numel()));
   at::Tensor out = x.mul(mask).mul_(scale);
   return {adopt(out, index), adopt(mask.to(at::kBool), index)};
 }
@@ -771,6 +816,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_copy_from", copy_from);
   m.impl("_copy_from_and_resize", copy_from_and_resize);
   m.impl("record_stream", record_stream);
+  m.impl("_has_compatible_shallow_copy_type", has_compatible_shallow_copy_type);
   m.impl("native_dropout", native_dropout);
   m.impl("_thnn_fused_lstm_cell", lstm_cell);
   m.impl("_thnn_fused_lstm_cell_backward_impl", lstm_cell_backward);

@@ -1,7 +1,9 @@
 // The hal emulated accelerator: a PyTorch device on PrivateUse1 whose memory is host memory.
 //
 // the device runtime (what a vendor's runtime and its c10 registration provide)
-//   runtime.cpp        devices, allocator, streams/events (device guard), generators, hooks
+//   runtime.cpp        devices, streams/events (device guard), hooks
+//   memory.cpp         the device allocator and its statistics, pinned host memory
+//   generator.cpp      the counter-based (seed, offset) generator random ops draw from
 // its torch integration at the op level (ATen)
 //   aten_kernels.cpp   allocation / view / copy kernels, the router (the native set's kernel, and
 //                      the host runs of the fallback), the kernels torch selects only for non-CPU
@@ -16,12 +18,24 @@
 #include <ATen/core/Generator.h>
 #include <c10/core/Allocator.h>
 #include <c10/core/Device.h>
+#include <torch/version.h>
 
 #include <atomic>
 #include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
+
+// What this torch offers a device, by the release that brought it (the torch window is 2.4 to the newest;
+// compiled and tested on 2.13 only).  c10::DeviceAllocator, behind torch.accelerator's memory API
+// (memory_allocated, empty_cache, memory_stats, ...), arrived in torch 2.9: before it the allocator is a plain
+// c10::Allocator and torch.emu's own memory calls are the only ones.
+#define HAL_EMU_TORCH_AT_LEAST(major, minor) \
+  (TORCH_VERSION_MAJOR > (major) || (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
+#define HAL_EMU_DEVICE_ALLOCATOR HAL_EMU_TORCH_AT_LEAST(2, 9)
+// at::HostAllocator registered for the device (torch 2.13's torch.accelerator.empty_host_cache crashes the
+// process on a device without one): its interface moved between releases, so only from the release compiled here
+#define HAL_EMU_HOST_ALLOCATOR HAL_EMU_TORCH_AT_LEAST(2, 13)
 
 namespace hal_emu {
 
@@ -35,15 +49,25 @@ void check_index(int64_t index);
 c10::Device device(c10::DeviceIndex index);
 
 // -- memory -------------------------------------------------------------------------------
-struct DeviceStats {
-  std::atomic<int64_t> allocated{0};
-  std::atomic<int64_t> peak{0};
-  std::atomic<int64_t> num_alloc{0};
-  std::atomic<int64_t> num_free{0};
-  std::atomic<int64_t> active{0};
+// One counter as torch's caching allocators keep them (c10::CachingAllocator::Stat).
+struct Stat {
+  int64_t current = 0, peak = 0, allocated = 0, freed = 0;
 };
-DeviceStats& stats(c10::DeviceIndex index);
+// torch's pools, in the order of its StatType: all, small (up to 1 MiB), large
+enum Pool : int { kAllPools = 0, kSmallPool = 1, kLargePool = 2, kPools = 3 };
+// The device's counters, the one source of its memory statistics (torch.emu.memory_stats and, from torch
+// 2.9, torch.accelerator's).  The allocator does not cache: every allocation is its own segment and active
+// block, so segments, active blocks and reserved, active and requested bytes are these two counters.
+struct MemoryStats {
+  Stat blocks[kPools];  // allocations
+  Stat bytes[kPools];   // allocated bytes
+  int64_t num_ooms = 0;
+};
+MemoryStats memory_stats(c10::DeviceIndex index);  // a snapshot
 void reset_peak(c10::DeviceIndex index);
+void reset_accumulated(c10::DeviceIndex index);
+// (free, total) bytes of device ``index``: host memory, which emulated device memory is
+std::pair<size_t, size_t> memory_info(c10::DeviceIndex index);
 c10::Allocator* device_allocator();
 c10::Allocator* pinned_allocator();
 bool is_pinned(const void* ptr);
@@ -67,11 +91,19 @@ void move_to_host_storage(const at::Tensor& t, c10::Storage host);
 void mark_forked();
 void check_not_forked();
 
+// -- streams ------------------------------------------------------------------------------
+// stream priorities, as CUDA takes them: 0 (the default, lowest) to -(kStreamPriorities - 1) (highest);
+// work is synchronous, so a priority orders nothing
+constexpr int kStreamPriorities = 4;
+int stream_priority(c10::StreamId id);
+
 // -- generators ---------------------------------------------------------------------------
+// A counter-based generator with CUDA's state: (seed, offset), 16 bytes.  A random op reserves the offsets
+// of its draws and runs torch's CPU kernel with a CPU generator made from (seed, first offset) alone.
 const at::Generator& default_generator(c10::DeviceIndex index);
 at::Generator new_generator(c10::DeviceIndex index);
-// the CPU generator that holds the state of emu generator ``gen``
-at::Generator host_generator(const at::Generator& gen);
+// reserve ``numel`` draws from emu generator ``gen`` and return the CPU generator that makes them
+at::Generator host_generator(const at::Generator& gen, int64_t numel);
 
 // -- aliases ------------------------------------------------------------------------------
 bool is_emu(const at::Tensor& t);

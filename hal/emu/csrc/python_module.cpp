@@ -13,19 +13,53 @@ namespace py = pybind11;
 
 namespace {
 
-py::dict memory_stats(int index) {
-  auto& s = hal_emu::stats(static_cast<c10::DeviceIndex>(index));
+py::dict stat_dict(const hal_emu::Stat& s) {
   py::dict d;
-  int64_t allocated = s.allocated.load(), peak = s.peak.load();
-  d["allocated_bytes.all.current"] = allocated;
-  d["allocated_bytes.all.peak"] = peak;
-  d["reserved_bytes.all.current"] = allocated;
-  d["reserved_bytes.all.peak"] = peak;
-  d["allocation.all.allocated"] = s.num_alloc.load();
-  d["allocation.all.freed"] = s.num_free.load();
-  d["active.all.current"] = s.active.load();
+  d["current"] = s.current;
+  d["peak"] = s.peak;
+  d["allocated"] = s.allocated;
+  d["freed"] = s.freed;
+  return d;
+}
+
+py::dict pools(const hal_emu::Stat (&stats)[hal_emu::kPools]) {
+  py::dict d;
+  d["all"] = stat_dict(stats[hal_emu::kAllPools]);
+  d["small_pool"] = stat_dict(stats[hal_emu::kSmallPool]);
+  d["large_pool"] = stat_dict(stats[hal_emu::kLargePool]);
+  return d;
+}
+
+// the statistics of one device as torch's allocators report them (nested; torch.emu flattens them).  The
+// allocator does not cache, so segments and active blocks are the allocations, reserved, active and requested
+// bytes the allocated ones, and nothing is ever inactive or oversize.
+py::dict memory_stats(int index) {
+  hal_emu::MemoryStats s = hal_emu::memory_stats(static_cast<c10::DeviceIndex>(index));
+  const hal_emu::Stat none[hal_emu::kPools] = {};
+  py::dict d;
+  for (const char* key : {"allocation", "segment", "active"}) d[key] = pools(s.blocks);
+  for (const char* key : {"allocated_bytes", "reserved_bytes", "active_bytes", "requested_bytes"})
+    d[key] = pools(s.bytes);
+  d["inactive_split"] = pools(none);
+  d["inactive_split_bytes"] = pools(none);
+  d["oversize_allocations"] = stat_dict(none[0]);
+  d["oversize_segments"] = stat_dict(none[0]);
   d["num_alloc_retries"] = 0;
-  d["num_ooms"] = 0;
+  d["num_ooms"] = s.num_ooms;
+  d["num_sync_all_streams"] = 0;
+  d["num_device_alloc"] = s.blocks[hal_emu::kAllPools].allocated;
+  d["num_device_free"] = s.blocks[hal_emu::kAllPools].freed;
+  d["max_split_size"] = 0;  // no block is ever split
+  return d;
+}
+
+// what this build of the emulator gives torch's device-generic code (it depends on the torch compiled against)
+py::dict features() {
+  py::dict d;
+  d["device_allocator"] = static_cast<bool>(HAL_EMU_DEVICE_ALLOCATOR);
+  d["host_allocator"] = static_cast<bool>(HAL_EMU_HOST_ALLOCATOR);
+  d["torch"] = std::to_string(TORCH_VERSION_MAJOR) + "." + std::to_string(TORCH_VERSION_MINOR);
+  d["stream_priorities"] = hal_emu::kStreamPriorities;
   return d;
 }
 
@@ -132,8 +166,14 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("device_count", &hal_emu::device_count, "number of emulated devices (HAL_EMU_DEVICES)");
   m.def("current_device", [] { return static_cast<int>(hal_emu::current_device()); });
   m.def("set_device", [](int index) { hal_emu::set_device(static_cast<c10::DeviceIndex>(index)); });
-  m.def("memory_stats", &memory_stats, "allocator statistics of one device, in torch.cuda's keys");
+  m.def("memory_stats", &memory_stats, "allocator statistics of one device, nested as torch's allocators give them");
   m.def("reset_peak", [](int index) { hal_emu::reset_peak(static_cast<c10::DeviceIndex>(index)); });
+  m.def("reset_accumulated", [](int index) { hal_emu::reset_accumulated(static_cast<c10::DeviceIndex>(index)); });
+  m.def("memory_info", [](int index) { return hal_emu::memory_info(static_cast<c10::DeviceIndex>(index)); },
+        "(free, total) bytes of a device: the host's");
+  m.def("stream_priority", [](int64_t id) { return hal_emu::stream_priority(static_cast<c10::StreamId>(id)); },
+        "the priority a stream id carries");
+  m.def("features", &features, "what this build gives torch's device-generic code");
   m.def("default_generators", &default_generators, "the default torch.Generator of each device");
   m.def("set_kernels", &hal_emu::set_kernels, py::arg("native"), py::arg("counted"),
         "make the router the kernel of these aten ops: native ones uncounted, counted ones as host fallbacks");

@@ -1,17 +1,17 @@
-// Devices, memory, streams and events, generators and hooks of the emulated accelerator.
+// Devices, streams and events (the device guard) and the PrivateUse1 hooks of the emulated accelerator.
 #include "emu.h"
 
-#include <ATen/CPUGeneratorImpl.h>
 #include <ATen/detail/PrivateUse1HooksInterface.h>
-#include <c10/core/CPUAllocator.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
-#include <c10/core/impl/alloc_cpu.h>
+#if __has_include(<c10/core/DeviceCapability.h>)
+#include <c10/core/DeviceCapability.h>
+#define HAL_EMU_DEVICE_CAPABILITY 1
+#endif
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
-#include <mutex>
-#include <unordered_set>
 
 namespace hal_emu {
 
@@ -30,7 +30,6 @@ int read_device_count() {
 
 const int g_device_count = read_device_count();
 thread_local c10::DeviceIndex tls_device = 0;
-DeviceStats g_stats[kMaxDevices];
 
 }  // namespace
 
@@ -53,175 +52,7 @@ c10::Device device(c10::DeviceIndex index) {
   return c10::Device(c10::DeviceType::PrivateUse1, index < 0 ? tls_device : index);
 }
 
-// -- memory -------------------------------------------------------------------------------
-DeviceStats& stats(c10::DeviceIndex index) {
-  check_index(index);
-  return g_stats[index];
-}
-
-void reset_peak(c10::DeviceIndex index) {
-  auto& s = stats(index);
-  s.peak.store(s.allocated.load());
-}
-
-namespace {
-
-void count_alloc(c10::DeviceIndex index, int64_t nbytes) {
-  auto& s = g_stats[index];
-  int64_t now = s.allocated.fetch_add(nbytes) + nbytes;
-  int64_t peak = s.peak.load();
-  while (now > peak && !s.peak.compare_exchange_weak(peak, now)) {
-  }
-  s.num_alloc.fetch_add(1);
-  s.active.fetch_add(1);
-}
-
-void count_free(c10::DeviceIndex index, int64_t nbytes) {
-  auto& s = g_stats[index];
-  s.allocated.fetch_sub(nbytes);
-  s.num_free.fetch_add(1);
-  s.active.fetch_sub(1);
-}
-
-// one allocation of emulated device memory
-struct Block {
-  void* ptr;
-  int64_t nbytes;
-  c10::DeviceIndex device;
-};
-
-void free_block(void* ctx) {
-  auto* b = static_cast<Block*>(ctx);
-  count_free(b->device, b->nbytes);
-  c10::free_cpu(b->ptr);
-  delete b;
-}
-
-// device bytes that belong to a CPU storage (adopted from a host kernel's result)
-struct Adopted {
-  c10::Storage storage;
-  int64_t nbytes;
-  c10::DeviceIndex device;
-};
-
-void free_adopted(void* ctx) {
-  auto* a = static_cast<Adopted*>(ctx);
-  count_free(a->device, a->nbytes);
-  delete a;
-}
-
-c10::DataPtr allocate_block(size_t nbytes, c10::Device label) {
-  c10::DeviceIndex index = tls_device;
-  void* ptr = nbytes ? c10::alloc_cpu(nbytes) : nullptr;
-  count_alloc(index, static_cast<int64_t>(nbytes));
-  return {ptr, new Block{ptr, static_cast<int64_t>(nbytes), index}, &free_block, label};
-}
-
-struct DeviceAllocator final : c10::Allocator {
-  c10::DataPtr allocate(size_t nbytes) override {
-    check_not_forked();
-    return allocate_block(nbytes, c10::Device(c10::DeviceType::PrivateUse1, tls_device));
-  }
-  c10::DeleterFnPtr raw_deleter() const override { return nullptr; }
-  void copy_data(void* dest, const void* src, std::size_t count) const final {
-    std::memcpy(dest, src, count);
-  }
-};
-
-// Emulated device memory seen as host memory, for the host kernels that resize a result.
-struct AliasAllocator final : c10::Allocator {
-  c10::DataPtr allocate(size_t nbytes) override {
-    return allocate_block(nbytes, c10::Device(c10::DeviceType::CPU));
-  }
-  c10::DeleterFnPtr raw_deleter() const override { return nullptr; }
-  void copy_data(void* dest, const void* src, std::size_t count) const final {
-    std::memcpy(dest, src, count);
-  }
-};
-
-// Page-locked host memory, emulated: ordinary host memory whose pointers are remembered so
-// that Tensor.is_pinned() answers as on a device.
-std::mutex g_pinned_mutex;
-std::unordered_set<const void*> g_pinned;
-
-void free_pinned(void* ptr) {
-  {
-    std::lock_guard<std::mutex> lock(g_pinned_mutex);
-    g_pinned.erase(ptr);
-  }
-  c10::free_cpu(ptr);
-}
-
-struct PinnedAllocator final : c10::Allocator {
-  c10::DataPtr allocate(size_t nbytes) override {
-    void* ptr = nbytes ? c10::alloc_cpu(nbytes) : nullptr;
-    if (ptr) {
-      std::lock_guard<std::mutex> lock(g_pinned_mutex);
-      g_pinned.insert(ptr);
-    }
-    return {ptr, ptr, &free_pinned, c10::Device(c10::DeviceType::CPU)};
-  }
-  c10::DeleterFnPtr raw_deleter() const override { return &free_pinned; }
-  void copy_data(void* dest, const void* src, std::size_t count) const final {
-    std::memcpy(dest, src, count);
-  }
-};
-
-DeviceAllocator g_device_allocator;
-AliasAllocator g_alias_allocator;
-PinnedAllocator g_pinned_allocator;
-
-}  // namespace
-
-c10::Allocator* device_allocator() { return &g_device_allocator; }
-c10::Allocator* alias_allocator() { return &g_alias_allocator; }
-c10::Allocator* pinned_allocator() { return &g_pinned_allocator; }
-
-bool is_pinned(const void* ptr) {
-  std::lock_guard<std::mutex> lock(g_pinned_mutex);
-  return g_pinned.count(ptr) != 0;
-}
-
-c10::DataPtr adopt_bytes(c10::Storage cpu, c10::DeviceIndex index) {
-  void* ptr = cpu.mutable_data();
-  int64_t nbytes = static_cast<int64_t>(cpu.nbytes());
-  count_alloc(index, nbytes);
-  return {ptr, new Adopted{std::move(cpu), nbytes, index}, &free_adopted,
-          c10::Device(c10::DeviceType::PrivateUse1, index)};
-}
-
-c10::DataPtr relabel(c10::DataPtr&& dp, c10::DeviceIndex index) {
-  void* ptr = dp.get();
-  c10::DeleterFnPtr deleter = dp.get_deleter();
-  if (deleter == &free_block) {
-    void* ctx = dp.release_context();
-    auto* b = static_cast<Block*>(ctx);
-    if (b->device != index) {  // counted on the device the bytes now belong to
-      count_free(b->device, b->nbytes);
-      count_alloc(index, b->nbytes);
-      b->device = index;
-    }
-    return {ptr, ctx, deleter, c10::Device(c10::DeviceType::PrivateUse1, index)};
-  }
-  // bytes from another allocator: keep them alive through a storage that owns them
-  c10::Storage owner(c10::Storage::use_byte_size_t(), 0, std::move(dp), nullptr, false);
-  return adopt_bytes(std::move(owner), index);
-}
-
-c10::Storage adopted_host_storage(const c10::Storage& st) {
-  const c10::DataPtr& dp = st.data_ptr();
-  if (dp.get_deleter() != &free_adopted) return c10::Storage();
-  return static_cast<Adopted*>(dp.get_context())->storage;
-}
-
-void move_to_host_storage(const at::Tensor& t, c10::Storage host) {
-  c10::Storage st = t.storage();
-  TORCH_CHECK(host.nbytes() >= st.nbytes(), "emu: host storage of ", host.nbytes(), " bytes is too small for ",
-              st.nbytes());
-  if (st.nbytes()) std::memcpy(host.mutable_data(), st.data(), st.nbytes());
-  st.unsafeGetStorageImpl()->set_data_ptr_noswap(adopt_bytes(std::move(host), t.device().index()));
-}
-
+// -- processes ----------------------------------------------------------------------------
 namespace {
 std::atomic<bool> g_forked{false};
 }
@@ -235,13 +66,24 @@ void check_not_forked() {
               "torch.multiprocessing.set_start_method('spawn') or multiprocessing_context='spawn'");
 }
 
-REGISTER_ALLOCATOR(c10::DeviceType::PrivateUse1, &g_device_allocator)
-
 // -- streams and events (work is synchronous: streams never overlap) -----------------------
 namespace {
 
+// A stream id carries its priority level (0 for priority 0 ... kStreamPriorities - 1 for the highest) in its
+// low bits and a sequence number above them; the default stream is id 0 (priority 0).  Each device has a pool
+// of kPoolStreams streams per level, handed out in turn, as CUDA's; getNewStream makes a fresh one.
+constexpr int kLevelBits = 2;
+constexpr int kPoolStreams = 32;
+static_assert(kStreamPriorities <= (1 << kLevelBits), "stream priority levels must fit their bits");
+
 thread_local c10::StreamId tls_stream[kMaxDevices] = {0};
-std::atomic<c10::StreamId> g_next_stream{1};
+std::atomic<c10::StreamId> g_next_stream{kPoolStreams + 1};
+std::atomic<uint32_t> g_next_pool[kMaxDevices][kStreamPriorities];
+
+// priority as CUDA takes it (lower is higher), clamped to what the device offers
+int level_of(int priority) { return std::clamp(-priority, 0, kStreamPriorities - 1); }
+
+c10::StreamId stream_id(int64_t seq, int level) { return static_cast<c10::StreamId>((seq << kLevelBits) | level); }
 
 struct Event {
   std::chrono::steady_clock::time_point time;
@@ -276,12 +118,19 @@ struct GuardImpl final : c10::impl::DeviceGuardImplInterface {
     auto index = d.index() < 0 ? tls_device : d.index();
     return c10::Stream(c10::Stream::DEFAULT, c10::Device(c10::DeviceType::PrivateUse1, index));
   }
-  c10::Stream getStreamFromGlobalPool(c10::Device d, bool = false) const override { return getNewStream(d, 0); }
-  c10::Stream getNewStream(c10::Device d, int = 0) const override {
+  // a high-priority pool stream has the highest priority the device offers, as on CUDA
+  c10::Stream getStreamFromGlobalPool(c10::Device d, bool isHighPriority = false) const override {
+    auto index = d.index() < 0 ? tls_device : d.index();
+    check_index(index);
+    int level = isHighPriority ? kStreamPriorities - 1 : 0;
+    int64_t seq = 1 + g_next_pool[index][level].fetch_add(1) % kPoolStreams;
+    return c10::Stream(c10::Stream::UNSAFE, c10::Device(c10::DeviceType::PrivateUse1, index), stream_id(seq, level));
+  }
+  c10::Stream getNewStream(c10::Device d, int priority = 0) const override {
     auto index = d.index() < 0 ? tls_device : d.index();
     check_index(index);
     return c10::Stream(c10::Stream::UNSAFE, c10::Device(c10::DeviceType::PrivateUse1, index),
-                       g_next_stream.fetch_add(1));
+                       stream_id(g_next_stream.fetch_add(1), level_of(priority)));
   }
   c10::Stream exchangeStream(c10::Stream s) const override {
     auto index = s.device_index();
@@ -310,6 +159,14 @@ struct GuardImpl final : c10::impl::DeviceGuardImplInterface {
   c10::DeviceIndex deviceCount() const noexcept override {
     return static_cast<c10::DeviceIndex>(g_device_count);
   }
+#ifdef HAL_EMU_DEVICE_CAPABILITY
+  // torch.accelerator.get_device_capability (2.13): every dtype, as host memory holds them.  Not marked
+  // override, so that a torch whose interface lacks the method still compiles it (unused there)
+  c10::DeviceCapability getDeviceCapability(c10::Device d) const {
+    check_index(d.index() < 0 ? tls_device : d.index());
+    return c10::DeviceCapability();
+  }
+#endif
   bool queryStream(const c10::Stream&) const override { return true; }
   void synchronizeStream(const c10::Stream&) const override {}
   void synchronizeEvent(void*) const override {}
@@ -330,61 +187,7 @@ C10_REGISTER_GUARD_IMPL(PrivateUse1, GuardImpl);
 
 }  // namespace
 
-// -- generators: a device generator that keeps its state in a CPU generator ----------------
-namespace {
-
-struct Generator final : c10::GeneratorImpl {
-  Generator(c10::DeviceIndex index, uint64_t seed)
-      : c10::GeneratorImpl(c10::Device(c10::DeviceType::PrivateUse1, index),
-                           c10::DispatchKeySet(c10::DispatchKey::PrivateUse1)),
-        host(at::make_generator<at::CPUGeneratorImpl>(seed)) {}
-
-  void set_current_seed(uint64_t seed) override { host.set_current_seed(seed); }
-  void set_offset(uint64_t offset) override { host.set_offset(offset); }
-  uint64_t get_offset() const override { return host.get_offset(); }
-  uint64_t current_seed() const override { return host.current_seed(); }
-  uint64_t seed() override { return host.seed(); }
-  void set_state(const c10::TensorImpl& new_state) override {
-    host.unsafeGetGeneratorImpl()->set_state(new_state);
-  }
-  c10::intrusive_ptr<c10::TensorImpl> get_state() const override {
-    return host.unsafeGetGeneratorImpl()->get_state();
-  }
-  static c10::DeviceType device_type() { return c10::DeviceType::PrivateUse1; }
-
-  at::Generator host;
-
- private:
-  Generator* clone_impl() const override {
-    auto* g = new Generator(device().index(), 0);
-    g->host = host.clone();
-    return g;
-  }
-};
-
-std::once_flag g_default_once[kMaxDevices];
-at::Generator g_default[kMaxDevices];
-
-}  // namespace
-
-const at::Generator& default_generator(c10::DeviceIndex index) {
-  if (index < 0) index = tls_device;
-  check_index(index);
-  std::call_once(g_default_once[index], [index] {
-    g_default[index] = at::make_generator<Generator>(index, c10::default_rng_seed_val);
-  });
-  return g_default[index];
-}
-
-at::Generator new_generator(c10::DeviceIndex index) {
-  if (index < 0) index = tls_device;
-  check_index(index);
-  return at::make_generator<Generator>(index, c10::default_rng_seed_val);
-}
-
-at::Generator host_generator(const at::Generator& gen) {
-  return at::check_generator<Generator>(gen)->host;
-}
+int stream_priority(c10::StreamId id) { return -static_cast<int>(id & ((1 << kLevelBits) - 1)); }
 
 // -- hooks ------------------------------------------------------------------------------
 namespace {
@@ -410,14 +213,14 @@ struct Hooks final : at::PrivateUse1HooksInterface {
   at::Generator getNewGenerator(c10::DeviceIndex index) const override { return new_generator(index); }
   at::Device getDeviceFromPtr(void*) const override { return device(-1); }
   bool isPinnedPtr(const void* data) const override { return is_pinned(data); }
-  c10::Allocator* getPinnedMemoryAllocator() const override { return &g_pinned_allocator; }
+  c10::Allocator* getPinnedMemoryAllocator() const override { return pinned_allocator(); }
   void resizePrivateUse1Bytes(const c10::Storage& storage, size_t newsize) const override {
     auto* impl = storage.unsafeGetStorageImpl();
     TORCH_CHECK(impl->resizable(), "emu: trying to resize a storage that is not resizable");
     c10::DeviceIndex index = storage.device().index();
     c10::DeviceIndex old = tls_device;
     tls_device = index;
-    c10::DataPtr fresh = g_device_allocator.allocate(newsize);
+    c10::DataPtr fresh = device_allocator()->allocate(newsize);
     tls_device = old;
     size_t keep = std::min(newsize, impl->nbytes());
     if (keep) std::memcpy(fresh.get(), impl->data(), keep);

@@ -1,8 +1,9 @@
 """The parts of c10d a framework touches, written for CUDA at 2 ranks (torchrun): eager init
 with `device_id` (Lightning 2.6), the group's name, `new_group`, `init_device_mesh("cuda")`,
 DTensor shard / redistribute, FSDP2 `fully_shard` steps against the same steps in one
-process, and DCP save / load of the sharded state.  Each rank writes what it saw to
-OUT(.rank) as JSON."""
+process, DCP save / load of the sharded state, and ReduceOp.PREMUL_SUM in every collective that
+takes an op (premul_sum.py, FSDP2's set_gradient_divide_factor included).  Each rank writes what
+it saw to OUT(.rank) as JSON."""
 import json
 import os
 import sys
@@ -13,6 +14,8 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+
+import premul_sum
 
 out_path, ckpt = sys.argv[1], sys.argv[2]
 rank = int(os.environ["LOCAL_RANK"])
@@ -59,6 +62,7 @@ dcp.load(state, checkpoint_id=ckpt)
 seen["dcp_restored"] = all(torch.allclose(a.full_tensor().cpu(), b.detach())
                            for a, b in zip(state["model"].values(), ref.state_dict().values()))
 seen["local_device"] = next(iter(state["model"].values())).to_local().device.type
+seen["premul_sum"] = premul_sum.collect(rank, dist.get_world_size())
 dist.destroy_process_group()
 with open(out_path if rank == 0 else f"{out_path}.{rank}", "w") as f:
     json.dump(seen, f)
