@@ -1,5 +1,5 @@
 PY ?= python3
-.PHONY: setup demo test bench gpu-check corpus-cuda-torch zoo chaos frameworks frameworks-timm reshard parallel long cluster cluster-demo llmstack
+.PHONY: setup demo test bench gpu-check corpus-cuda-torch zoo chaos frameworks frameworks-timm reshard parallel long cluster cluster-demo llmstack llmstack-torch214
 setup:
 	bash scripts/setup.sh
 # the main job on the embedded defaults
@@ -34,6 +34,10 @@ parallel:
 # against plain DeepSpeed on the CPU or a one-process run: docs/redirect.md, "LLM training stacks"
 llmstack: setup
 	$(PY) -m pytest -q -m llmstack tests/llmstack
+# torchtitan 0.3 (torch >= 2.14) in .venv-torch214 (PyPI's torch 2.14.1, about 5.5 GB: not in CI): the
+# torchtitan recipes with 0.3's configs through hal run on cpu and emu, each run's losses or the limit it meets
+llmstack-torch214:
+	bash scripts/llmstack_torch214.sh
 # the timm recipe of tests/frameworks with timm itself, in .venv-timm (PyPI's CUDA torch + torchvision,
 # about 5.5 GB: not in CI), through hal run on cpu and emu
 frameworks-timm:

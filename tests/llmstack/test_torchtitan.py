@@ -20,7 +20,7 @@ ENTRIES = {n: e for n, e in ls.entries().items() if e["stack"] == "torchtitan"}
 REFERENCE = "titan_single"
 TIMEOUT_S = 600
 #: the case `make test` runs (with the one-process reference it needs)
-CI_SUBSET = {("titan_tp2", "cpu")}
+CI_SUBSET = {("titan_fsdp2", "emu")}
 
 _runs = {}
 
@@ -64,18 +64,12 @@ def test_assets_are_the_same_each_time_and_one_sequence_per_document(tmp_path):
     pytest.importorskip("tokenizers")
     tt_tokenizer = pytest.importorskip("torchtitan.components.tokenizer")
     import json
-    import random
 
     assets = ls.assets_helper("titan_assets")
     digests = []
     for i in range(2):
-        out = tmp_path / str(i)
-        rng = random.Random(0)
-        words = assets._words(rng)
-        table = assets._successors(rng, words)
-        tok = assets._make_tokenizer(str(out / "tokenizer"), words, table)
-        assets._make_dataset(str(out / "c4_local"), words, table, tok)
-        digests.append(assets.digest(str(out)))
+        assets.make_data(str(tmp_path / str(i)))
+        digests.append(assets.digest(str(tmp_path / str(i))))
     assert digests[0] == digests[1]
     tokenizer = tt_tokenizer.HuggingFaceTokenizer(str(tmp_path / "0" / "tokenizer"))
     with open(tmp_path / "0" / "c4_local" / "en" / "train.jsonl") as f:

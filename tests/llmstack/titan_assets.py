@@ -19,7 +19,8 @@ with :data:`VERSION` and the torchtitan version:
   one process, made through ``hal run`` on the cpu backend), the weights every recipe starts from
   (``--checkpoint.initial_load_path``), as torchtitan's own numerics comparisons across parallelisms do.
 
-    python tests/llmstack/titan_assets.py            # make them (if missing) and print the folder
+    python tests/llmstack/titan_assets.py                  # make them (if missing) and print the folder
+    python tests/llmstack/titan_assets.py --data-only DIR  # the tokenizer and the data set alone, into DIR
 """
 import hashlib
 import json
@@ -129,6 +130,16 @@ def _make_seed_checkpoint(path, assets):
                            f"{p.stdout[-3000:]}\n{p.stderr[-3000:]}")
 
 
+def make_data(path):
+    """The tokenizer (``path``/tokenizer) and the data set (``path``/c4_local) alone: what any torchtitan
+    version reads (scripts/llmstack_torch214.sh uses them with torchtitan 0.3)."""
+    rng = random.Random(0)
+    words = _words(rng)
+    table = _successors(rng, words)
+    tok = _make_tokenizer(os.path.join(path, "tokenizer"), words, table)
+    _make_dataset(os.path.join(path, "c4_local"), words, table, tok)
+
+
 def ensure():
     """Make the tokenizer, the data set and the seed checkpoint where missing; the folder holding them."""
     out = folder()
@@ -137,11 +148,7 @@ def ensure():
     os.makedirs(os.path.dirname(out), exist_ok=True)
     tmp = tempfile.mkdtemp(prefix=os.path.basename(out) + ".", dir=os.path.dirname(out))
     try:
-        rng = random.Random(0)
-        words = _words(rng)
-        table = _successors(rng, words)
-        tok = _make_tokenizer(os.path.join(tmp, "tokenizer"), words, table)
-        _make_dataset(os.path.join(tmp, "c4_local"), words, table, tok)
+        make_data(tmp)
         _make_seed_checkpoint(os.path.join(tmp, "seed"), tmp)
         with open(os.path.join(tmp, "done"), "w") as f:
             f.write(digest(tmp) + "\n")
@@ -166,5 +173,9 @@ def digest(path):
 
 
 if __name__ == "__main__":
-    print(ensure())
+    if sys.argv[1:2] == ["--data-only"]:  # python titan_assets.py --data-only DIR
+        make_data(sys.argv[2])
+        print(sys.argv[2])
+    else:
+        print(ensure())
     sys.exit(0)
