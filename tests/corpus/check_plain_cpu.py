@@ -47,7 +47,8 @@ MANIFEST = os.path.join(HERE, "manifest.json")
 SCRIPTS = os.path.join(HERE, "scripts")
 HARD_MAX_S = 10.0
 
-_ERROR_LINE = re.compile(r"^(?:(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Exit|Interrupt|NotSupported)(?::.*)?"
+# an exception line: ``ValueError: ...``, ``torch.distributed...ChildFailedError``, hal's ``hal._errors.NotSupported: ...``
+_ERROR_LINE = re.compile(r"^(?:(?:[A-Za-z_]\w*\.)*(?:[A-Z]\w*(?:Error|Exception|Exit|Interrupt)|\w*NotSupported)(?::.*)?"
                          r"|hal(?: run)?: error\b.*)$")
 
 
