@@ -26,14 +26,14 @@ sys.path.insert(0, os.path.join(ROOT, "tests", "llmstack"))
 import check_plain_cpu as corpus  # noqa: E402
 import titan_assets  # noqa: E402
 
-LOSS = re.compile(r"^\[rank\d+\]:\[titan\] .* step:\s*\d+\s+loss:\s*([0-9.]+)", re.MULTILINE)
+LOSS = r"^\[rank{rank}\]:\[titan\] .* step:\s*\d+\s+loss:\s*([0-9.]+)"
 #: the ends this environment is known to reach, each with what it is
 LIMITS = {
     "(CUDA graphs) is not supported": "hal: no CUDA graphs off CUDA; the error names --training.disable_cuda_graphs",
     "FlexAttention does not support backward on CPU": "torch: no FlexAttention backward on the CPU",
     "FlexAttention is only supported on": "torch: FlexAttention refuses devices outside its list",
 }
-#: name -> (processes, rank whose lines are shown, 0.3 parallelism overrides, local batch size)
+#: name -> (processes, the rank that prints the loss, 0.3 parallelism overrides, local batch size)
 RECIPES = {
     "titan_single": (1, 0, [], 4),
     "titan_fsdp2": (2, 0, ["--parallelism.data_parallel_shard_degree", "2"], 2),
@@ -45,9 +45,10 @@ RECIPES = {
 
 
 def command(name, assets, graphs):
-    n, rank, parallel, batch = RECIPES[name]
-    return [shutil.which("hal") or "hal", "run", f"--nproc-per-node={n}", "--local-ranks-filter", str(rank),
-            "--role", "rank", "--tee", "3", "-m", "torchtitan.train", "--module", "llama3",
+    n, _, parallel, batch = RECIPES[name]
+    # every rank's lines, prefixed: a rank that fails first takes the others down with it
+    return [shutil.which("hal") or "hal", "run", f"--nproc-per-node={n}", "--role", "rank", "--tee", "3",
+            "-m", "torchtitan.train", "--module", "llama3",
             "--config", "llama3_debugmodel", "--hf_assets_path", os.path.join(assets, "tokenizer"),
             "--dataloader.dataset", "c4", "--dataloader.dataset_path", os.path.join(assets, "c4_local"),
             "--training.seq_len", str(titan_assets.SEQ_LEN), "--training.local_batch_size", str(batch),
@@ -69,8 +70,12 @@ def main(argv=None):
         for name, backend, graphs in runs:
             env = dict(os.environ, HAL_BACKEND=backend, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
             rc, secs, _, out, err = corpus.run_once(command(name, assets, graphs), 900, env=env)
-            losses = LOSS.findall(out)
-            error = None if rc == 0 else corpus.first_error_line(err, out)
+            losses = re.findall(LOSS.format(rank=RECIPES[name][1]), out, flags=re.MULTILINE)
+            # the failure: a known limit met by any rank (the others fail after it), else the first error line
+            error = None if rc == 0 else next(
+                (line.split(":", 1)[1] for line in err.splitlines() for key in LIMITS
+                 if key in line and re.match(r"^\[rank\d+\]:[\w.]+(Error|NotSupported): ", line)),
+                corpus.first_error_line(err, out))
             limit = next((why for key, why in LIMITS.items() if error and key in error), None)
             rows.append({"recipe": name, "backend": backend, "cuda_graphs": graphs, "rc": rc, "seconds": round(secs, 1),
                          "losses": losses, "error": error, "known_limit": limit,
