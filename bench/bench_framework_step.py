@@ -1,5 +1,5 @@
-"""What `hal run` costs a framework's training step: a Hugging Face Trainer step and a
-Lightning step, as a user runs the recipe.
+"""What `hal run` costs a framework's training step: a Hugging Face Trainer step, a
+Lightning step and a DeepSpeed ZeRO-3 step, as a user runs the recipe.
 
 Each recipe is a script written for an NVIDIA GPU with the frameworks' own device choice
 (the Trainer picks CUDA when `torch.cuda.is_available()`; Lightning gets
@@ -15,15 +15,23 @@ One emulated device, as on the CPU: with the emulator's default of 8 devices (on
 Trainer does what it does on an 8-GPU machine, ``nn.DataParallel`` over all of them with 8 times
 the batch, which is not the same step.
 
+The DeepSpeed recipe (``deepspeed_small``: a decode-sized step, 2 layers of width 64 on 4 x 16
+tokens; ``deepspeed_large``: a training-sized one, 4 layers of width 512 on 8 x 128 tokens) is
+ZeRO-3 with DeepSpeed's default AdamW (FusedAdam) at 2 ranks, written in DeepSpeed's
+accelerator-neutral idiom (``get_accelerator()``), so its plain run is DeepSpeed's own CPU run:
+``DS_ACCELERATOR=cpu torchrun --nproc-per-node 2 recipe.py`` against ``hal run --nproc-per-node 2
+recipe.py`` (two emulated devices).  Its step time is rank 0's.
+
 The recipe times its own steps with a framework callback (CPU time of the process,
 one torch thread, the first steps left out as warm-up) and prints the median; the bench also
 takes each command's whole CPU time (user + sys of the process and its children).  Ratios are
 paired: the variant over its baseline measured in the same repeat; each line gives the median
 and the spread (min-max) over repeats.  Goals (issue 20): hal cpu / plain <= 1.05x and
-emu / hal cpu <= 1.5x per step.
+emu / hal cpu <= 1.5x per step (issue 32 sets the same goals for the DeepSpeed step).
 
-    python bench/bench_framework_step.py                     # both recipes, 5 repeats
+    python bench/bench_framework_step.py                     # every recipe, 5 repeats
     python bench/bench_framework_step.py --recipes trainer --repeats 3 --steps 30
+    python bench/bench_framework_step.py --recipes deepspeed_small,deepspeed_large --repeats 7
     python bench/bench_framework_step.py --json > framework_step.json
 """
 import argparse
@@ -107,29 +115,83 @@ LIGHTNING = _TIMER + textwrap.dedent("""
     timer.report(timer.device)
 """)
 
-RECIPES = {"trainer": TRAINER, "lightning": LIGHTNING}
+DEEPSPEED = _TIMER + textwrap.dedent("""
+    import os, sys, torch, deepspeed
+    import torch.nn.functional as F
+    from deepspeed.accelerator import get_accelerator
+    steps, warmup, dim, layers, batch, seq = map(int, sys.argv[1:7])
+    local_rank = int(os.environ["LOCAL_RANK"])
+    get_accelerator().set_device(local_rank)
+    device = torch.device(get_accelerator().device_name(local_rank))
+    deepspeed.init_distributed()
+    rank, world = torch.distributed.get_rank(), torch.distributed.get_world_size()
+    config = {"train_batch_size": batch * world, "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
+              "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0}, "steps_per_print": 10**9}
+    class Block(torch.nn.Module):  # pre-norm attention + MLP (nn.MultiheadAttention reads its weights
+        def __init__(self):         # outside forward, which ZeRO-3 does not gather)
+            super().__init__()
+            self.ln1, self.ln2 = torch.nn.LayerNorm(dim), torch.nn.LayerNorm(dim)
+            self.qkv, self.proj = torch.nn.Linear(dim, 3 * dim), torch.nn.Linear(dim, dim)
+            self.up, self.down = torch.nn.Linear(dim, 4 * dim), torch.nn.Linear(4 * dim, dim)
+        def forward(self, x):
+            b, t, _ = x.shape
+            q, k, v = self.qkv(self.ln1(x)).view(b, t, 3, 4, dim // 4).permute(2, 0, 3, 1, 4)
+            a = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(b, t, dim)
+            x = x + self.proj(a)
+            return x + self.down(F.gelu(self.up(self.ln2(x))))
+    torch.manual_seed(0)
+    with deepspeed.zero.Init(config_dict_or_path=config):
+        model = torch.nn.Sequential(torch.nn.Embedding(1000, dim), *[Block() for _ in range(layers)],
+                                    torch.nn.LayerNorm(dim), torch.nn.Linear(dim, 1000))
+    engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=config)
+    g = torch.Generator().manual_seed(1 + rank)
+    timer = StepTimer(warmup)
+    for step in range(steps):
+        ids = torch.randint(0, 1000, (batch, seq + 1), generator=g).to(device)
+        timer.begin()
+        loss = F.cross_entropy(engine(ids[:, :-1]).flatten(0, 1), ids[:, 1:].flatten())
+        engine.backward(loss)
+        engine.step()
+        timer.end()
+    if rank == 0:
+        timer.report(next(engine.module.parameters()).device.type)
+    torch.distributed.destroy_process_group()
+""")
+
+#: name -> (code, processes (0: plain python), extra script arguments, environment of the plain run)
+RECIPES = {"trainer": (TRAINER, 0, (), {}), "lightning": (LIGHTNING, 0, (), {}),
+           "deepspeed_small": (DEEPSPEED, 2, (64, 2, 4, 16), {"DS_ACCELERATOR": "cpu"}),
+           "deepspeed_large": (DEEPSPEED, 2, (512, 4, 8, 128), {"DS_ACCELERATOR": "cpu"})}
 VARIANTS = ("plain", "hal_cpu", "emu")
 BASELINE = {"hal_cpu": "plain", "emu": "hal_cpu"}
 GOAL = {"hal_cpu": 1.05, "emu": 1.5}
 _LINE = re.compile(r"^BENCH device=(\S+) steps=(\d+) step_ms=([\d.]+)$", re.M)
 
 
-def _env(variant):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HAL_")}
+def _env(variant, nproc=0, plain_env=None):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HAL_", "DS_ACCELERATOR"))}
     env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false", HF_HUB_OFFLINE="1",
                TRANSFORMERS_VERBOSITY="error", PYTHONWARNINGS="ignore")
-    if variant != "plain":
+    if variant == "plain":
+        env.update(plain_env or {})
+    else:
         env.update(HAL_BACKEND="cpu" if variant == "hal_cpu" else "emu", HAL_RUN_QUIET="1")
     if variant == "emu":
-        env["HAL_EMU_DEVICES"] = "1"  # one device, as on the CPU (8 would make the Trainer use DataParallel)
+        # one device per process, as on the CPU (8 would make the Trainer use DataParallel)
+        env["HAL_EMU_DEVICES"] = str(max(1, nproc))
     return env
 
 
-def run_once(path, variant, steps, warmup):
-    """One fresh process: (step ms, device the recipe trained on, CPU s of the whole command)."""
-    head = [sys.executable] if variant == "plain" else [sys.executable, "-m", "hal", "run"]
+def run_once(path, variant, steps, warmup, nproc=0, extra=(), plain_env=None):
+    """One fresh command: (step ms, device the recipe trained on, CPU s of the whole command)."""
+    launch = [f"--nproc-per-node={nproc}"] if nproc else []
+    if variant == "plain":
+        head = [sys.executable, "-m", "torch.distributed.run", "--standalone", *launch] if nproc else [sys.executable]
+    else:
+        head = [sys.executable, "-m", "hal", "run", *launch]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    proc = subprocess.run(head + [path, str(steps), str(warmup)], env=_env(variant), capture_output=True, text=True)
+    proc = subprocess.run(head + [path, str(steps), str(warmup), *map(str, extra)],
+                          env=_env(variant, nproc, plain_env), capture_output=True, text=True)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     found = _LINE.search(proc.stdout)
     if proc.returncode != 0 or not found:
@@ -140,16 +202,18 @@ def run_once(path, variant, steps, warmup):
 
 
 def measure(recipe, repeats, steps, warmup):
+    code, nproc, extra, plain_env = RECIPES[recipe]
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, f"{recipe}_recipe.py")
         with open(path, "w") as f:
-            f.write(RECIPES[recipe])
-        run_once(path, "plain", warmup + 2, warmup)  # warms the file cache and compiled-module caches
+            f.write(code)
+        # warms the file cache and compiled-module caches (DeepSpeed's CPU FusedAdam is built on first use)
+        run_once(path, "plain", warmup + 2, warmup, nproc, extra, plain_env)
         res = {v: {"step_ms": [], "command_cpu_s": [], "device": None} for v in VARIANTS}
         for r in range(repeats):
             order = VARIANTS[r % 3:] + VARIANTS[:r % 3]  # rotate: each variant goes first as often
             for v in order:
-                ms, device, cpu = run_once(path, v, steps, warmup)
+                ms, device, cpu = run_once(path, v, steps, warmup, nproc, extra, plain_env)
                 res[v]["step_ms"].append(ms)
                 res[v]["command_cpu_s"].append(cpu)
                 res[v]["device"] = device
@@ -167,7 +231,7 @@ def _fmt(values, unit):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--recipes", default="trainer,lightning", help="comma-separated: trainer, lightning")
+    p.add_argument("--recipes", default=",".join(RECIPES), help=f"comma-separated: {', '.join(RECIPES)}")
     p.add_argument("--repeats", type=int, default=5, help="fresh processes per variant")
     p.add_argument("--steps", type=int, default=40, help="training steps per run")
     p.add_argument("--warmup", type=int, default=10, help="first steps left out of the step time")

@@ -10,8 +10,8 @@ Lightning starts its ranks and most launchers start workers): it records the chi
 folder and re-executes the same process (same pid, so its parent's ``Popen`` still waits on it)
 as ``python -m hal.redirect --child train.py ...``, which runs the script as ``hal run`` does, on
 the parent's backend, and records its exit.  Every other Python starts as it would have:
-``-c``, ``-m``, stdin, console scripts without ``.py``, and the scripts inside torch and hal
-(their own workers; torch's own code sees the truth).  docs/redirect.md, "Child processes".
+``-c``, ``-m``, stdin, console scripts without ``.py``, and the scripts inside torch, hal and
+the installed packages (their own workers and helpers, such as py-cpuinfo's; torch's own code sees the truth).  docs/redirect.md, "Child processes".
 """
 import json
 import os
@@ -19,7 +19,8 @@ import sys
 import time
 
 #: the run, as JSON: ``folder`` (where children record themselves), ``backend``, ``root`` (pid of
-#: the ``hal run`` process), ``options`` (its hal run options), ``internal`` (torch's and hal's folders)
+#: the ``hal run`` process), ``options`` (its hal run options), ``internal`` (torch's and hal's folders, and
+#: site-packages: scripts there are libraries' helpers, not the user's)
 ENV_RUN = "HAL_RUN_CHILDREN"
 HERE = os.path.dirname(os.path.abspath(__file__))
 #: the folder ``hal run`` puts first on PYTHONPATH: it holds only ``sitecustomize.py``
@@ -57,7 +58,7 @@ def script_of(argv, orig_argv):
 
 def takes_over(script: str, internal=()) -> bool:
     """True for a script file the child runs under the redirection: a ``.py`` file outside
-    torch's and hal's folders (``internal``)."""
+    torch's and hal's folders and the installed packages' (``internal``)."""
     path = os.path.realpath(script)
     return path.endswith(SCRIPT_SUFFIXES) and not any(
         path.startswith(os.path.join(os.path.realpath(d), "")) for d in internal)

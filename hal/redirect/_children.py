@@ -149,6 +149,21 @@ def _set_env(t: Redirection, name: str, value: str) -> None:
     t.on_restore(lambda: os.environ.__setitem__(name, old) if old is not None else os.environ.pop(name, None))
 
 
+def not_the_users() -> tuple:
+    """The folders whose script files a child runs as it would have, without the redirection: torch's and
+    hal's own (:func:`hal.util.frames.internal_dirs`) and every folder of installed packages
+    (site-packages): a library's helper run as a script (py-cpuinfo's ``cpuinfo.py --json``, which
+    DeepSpeed's CPU op builders start twice) is not a training script, and would pay hal's start-up
+    for nothing.  The user's scripts, and the ones launchers start for them, live elsewhere."""
+    import site
+    import sysconfig
+
+    from hal.util.frames import internal_dirs
+    paths = sysconfig.get_paths()
+    libs = {paths.get("purelib"), paths.get("platlib"), *getattr(site, "getsitepackages", lambda: [])()}
+    return tuple(internal_dirs()) + tuple(sorted(os.path.join(d, "") for d in libs if d))
+
+
 def install(t: Redirection, script: str, options: Sequence[str] = ()) -> Children:
     """Make the children of ``script`` (the file ``hal run`` runs) start under the shim.
 
@@ -162,10 +177,9 @@ def install(t: Redirection, script: str, options: Sequence[str] = ()) -> Childre
     info = run_info()
     if info is not None and os.path.isdir(info["folder"]):
         return Children(info["folder"], root=info.get("root") == os.getpid())
-    from hal.util.frames import internal_dirs  # the rule of "torch's and hal's own files", as a child can test it
     folder = tempfile.mkdtemp(prefix="hal-run-children-")
     _set_env(t, ENV_RUN, json.dumps({"folder": folder, "backend": t.backend.name, "root": os.getpid(),
-                                     "options": list(options), "internal": list(internal_dirs())}))
+                                     "options": list(options), "internal": list(not_the_users())}))
     path = os.environ.get("PYTHONPATH")
     _set_env(t, "PYTHONPATH", os.pathsep.join([SITE, path]) if path else SITE)
     return Children(folder, root=True)

@@ -283,8 +283,7 @@ class HalAccelerator(DeepSpeedAccelerator):
         if class_name == "FusedAdamBuilder":
             return ops.TorchFusedAdamBuilder
         if class_name in ops.HOST_BUILDERS:
-            from deepspeed.ops.op_builder import cpu
-            return getattr(cpu, class_name)
+            return ops.host_builder(class_name, self.backend.name)
         return ops.unavailable_builder(class_name, self.backend.name)
 
     def build_extension(self):

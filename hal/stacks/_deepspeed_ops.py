@@ -95,6 +95,28 @@ class TorchFusedAdamBuilder(OpBuilder):
         return SimpleNamespace(multi_tensor_adam=multi_tensor_adam)
 
 
+def host_builder(class_name: str, backend_name: str) -> type:
+    """DeepSpeed's own C++ CPU builder ``class_name``, whose failure to build or load names the switches that
+    avoid it (a machine without a C++ compiler, a DeepSpeed built without its sources)."""
+    from deepspeed.ops.op_builder import cpu
+
+    base = getattr(cpu, class_name)
+
+    class Host(base):
+        def load(self, verbose=True):
+            try:
+                return super().load(verbose)
+            except Exception as exc:
+                raise RuntimeError(
+                    f"DeepSpeed's {class_name} (its C++ op for host memory, compiled on first use) failed on the "
+                    f"{backend_name} backend: {type(exc).__name__}: {exc}; it needs a C++ compiler and DeepSpeed's "
+                    f"sources; or avoid it: ZeRO-Offload's optimizer is DeepSpeedCPUAdam (leave "
+                    f"\"offload_optimizer\" off), else {SWITCH}") from exc
+
+    Host.__name__ = Host.__qualname__ = class_name
+    return Host
+
+
 def unavailable_builder(class_name: str, backend_name: str) -> type:
     """A builder class for a DeepSpeed op hal has no kernel for: it reports itself incompatible
     (``ds_report``) and its ``load()`` raises, naming the op, the backend and the switch."""

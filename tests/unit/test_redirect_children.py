@@ -38,6 +38,17 @@ def test_only_py_files_outside_torch_and_hal_are_taken_over(tmp_path):
     assert not start.takes_over(str(tmp_path / "pip"))  # a console script: a command, not the user's script
 
 
+def test_a_librarys_helper_script_is_not_taken_over(tmp_path):
+    """DeepSpeed's CPU op builders run py-cpuinfo's cpuinfo.py as a script, twice: a library's helper,
+    which must not pay hal's start-up; the user's script (anywhere else) still is taken over."""
+    import sysconfig
+
+    from hal.redirect._children import not_the_users
+    helper = os.path.join(sysconfig.get_paths()["purelib"], "cpuinfo", "cpuinfo.py")
+    assert not start.takes_over(helper, not_the_users())
+    assert start.takes_over(str(tmp_path / "train.py"), not_the_users())
+
+
 def test_outside_a_run_nothing_is_taken_over(monkeypatch):
     monkeypatch.delenv(start.ENV_RUN, raising=False)
     assert start.run_info() is None

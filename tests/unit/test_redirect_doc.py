@@ -45,9 +45,9 @@ def test_every_corpus_idiom_is_named_in_the_tables():
 FRAMEWORKS = json.loads((ROOT / "tests" / "frameworks" / "manifest.json").read_text())
 
 
-def _framework_sections():
-    """{section title: entries its "Corpus entries:" line names} of the Frameworks part."""
-    part = DOC.split("\n## Frameworks\n", 1)[1].split("\n## ", 1)[0]
+def _framework_sections(part_title="Frameworks"):
+    """{section title: entries its "Corpus entries:" line names} of one part (``## <part_title>``)."""
+    part = DOC.split(f"\n## {part_title}\n", 1)[1].split("\n## ", 1)[0]
     sections = {}
     for block in part.split("\n### ")[1:]:
         title, body = block.split("\n", 1)
@@ -65,3 +65,14 @@ def test_each_framework_section_names_corpus_entries_and_every_entry_is_named():
     assert all(sections.values()), f"a section names no corpus entry: {sections}"
     assert named <= entries, f"docs/redirect.md names entries tests/frameworks lacks: {sorted(named - entries)}"
     assert entries <= named, f"tests/frameworks entries no framework section names: {sorted(entries - named)}"
+
+
+def test_each_llm_stack_section_names_its_recipes_and_every_recipe_is_named():
+    sections = _framework_sections("LLM training stacks")
+    assert {"DeepSpeed", "HF Trainer and Accelerate with DeepSpeed"} <= set(sections)
+    entries = {e["name"] for path in (ROOT / "tests" / "llmstack").glob("*.json")
+               for e in json.loads(path.read_text())["scripts"]}
+    named = {n for names in sections.values() for n in names}
+    assert all(sections.values()), f"a section names no corpus entry: {sections}"
+    assert named <= entries, f"docs/redirect.md names recipes tests/llmstack lacks: {sorted(named - entries)}"
+    assert entries <= named, f"tests/llmstack recipes no section of docs/redirect.md names: {sorted(entries - named)}"
