@@ -1,5 +1,5 @@
 PY ?= python3
-.PHONY: setup demo test bench gpu-check corpus-cuda-torch zoo chaos frameworks frameworks-timm reshard parallel long cluster cluster-demo llmstack frameworks-latest
+.PHONY: setup demo test bench gpu-check corpus-cuda-torch zoo chaos frameworks frameworks-timm reshard parallel long cluster cluster-demo llmstack frameworks-latest llmstack-torch214
 setup:
 	bash scripts/setup.sh
 # the main job on the embedded defaults
@@ -34,6 +34,10 @@ parallel:
 # against plain DeepSpeed on the CPU or a one-process run: docs/redirect.md, "LLM training stacks"
 llmstack: setup
 	$(PY) -m pytest -q -m llmstack tests/llmstack
+# torchtitan 0.3 (torch >= 2.14) in .venv-torch214 (PyPI's torch 2.14.1, 6.1 GB: not in CI): the
+# torchtitan recipes with 0.3's configs through hal run on cpu and emu, each run's losses or the limit it meets
+llmstack-torch214:
+	bash scripts/llmstack_torch214.sh
 # the framework corpus and the HF recipes of tests/llmstack against the newest transformers / accelerate / peft /
 # lightning, in .venv-latest with this environment's torch (drift shows here first): build/frameworks-latest.json
 frameworks-latest:

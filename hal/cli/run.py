@@ -23,6 +23,9 @@ examples:
   hal run --nproc-per-node 2 train_ddp.py      DDP at 2 ranks through torchrun
   hal run --nproc-per-node 2 -m torchtitan.train --job.config_file llama3_debug.toml
                                                a library module as the script, as torchrun -m
+  hal run --nproc-per-node 2 --local-ranks-filter 0 --role rank --tee 3 -m torchtitan.train ...
+                                               torchrun's console options, as torchtitan's
+                                               run_train.sh gives them: rank 0's lines only
   hal run --nproc-per-node 2 --max-restarts 3 train_ddp.py
                                                torchrun restarts the group when a rank dies,
                                                hangs past its timeout or raises
@@ -46,7 +49,8 @@ does, the summary is printed and the report written; the exit code is the script
 (1 for an exception).  Python processes the script starts (subprocess, os.exec*,
 multiprocessing: Lightning's DDP ranks) run their script under the redirection too, and the
 report counts them with their exit codes; not a Python started with -I, -E, -c or -m.  Not redirected: x.device == torch.device("cuda") (a tensor's
-device is its true device), CUDA graphs, custom CUDA kernels.  Details and the
+device is its true device), custom CUDA kernels; CUDA graphs are refused (hal.NotSupported
+naming the switches of the libraries that capture them).  Details and the
 idiom table: docs/redirect.md.
 """
 
@@ -65,6 +69,13 @@ def add_parser(sub):
     p.add_argument("--max-restarts", type=int, default=0, metavar="N",
                    help="with --nproc-per-node: torchrun restarts the whole group up to N times when a "
                         "rank fails (resume with hal.checkpoint.Checkpointer; docs/fault-tolerance.md)")
+    # torchrun's console options, as torchtitan's run_train.sh passes them (--local-ranks-filter 0 --role rank --tee 3)
+    p.add_argument("--local-ranks-filter", metavar="RANKS",
+                   help="with --nproc-per-node: show only these local ranks' output (torchrun's option, e.g. 0 or 0,1)")
+    p.add_argument("--tee", metavar="STD",
+                   help="with --nproc-per-node: torchrun's --tee (1 stdout, 2 stderr, 3 both): each line of a "
+                        "rank's output prefixed with [ROLE RANK]:")
+    p.add_argument("--role", metavar="NAME", help="with --nproc-per-node: torchrun's --role (the prefix of --tee)")
     p.add_argument("--report", metavar="PATH", help="write the run report as JSON (rank 0 only)")
     p.add_argument("--json", action="store_true", help="print the run report as JSON after the script")
     p.add_argument("--quiet", action="store_true",
@@ -80,6 +91,9 @@ def _launch(args) -> int:
            f"--nproc-per-node={args.nproc_per_node}"]
     if args.max_restarts:
         cmd += [f"--max-restarts={args.max_restarts}", "--monitor-interval=0.5"]
+    for option in ("local_ranks_filter", "tee", "role"):
+        if getattr(args, option) is not None:
+            cmd.append(f"--{option.replace('_', '-')}={getattr(args, option)}")
     cmd += ["-m", "hal.redirect"]
     if args.report:
         cmd += ["--report", args.report]
@@ -177,6 +191,11 @@ def run(args) -> int:
     problem = _target(args)
     if problem:
         print(f"hal run: error: {problem}", file=sys.stderr)
+        return 2
+    given = [f"--{o.replace('_', '-')}" for o in ("local_ranks_filter", "tee", "role") if getattr(args, o) is not None]
+    if given and not args.nproc_per_node:
+        print(f"hal run: error: {' '.join(given)} are torchrun's options: give --nproc-per-node too "
+              f"(--nproc-per-node 1 for a single process)", file=sys.stderr)
         return 2
     if args.max_restarts and not args.nproc_per_node:
         print("hal run: error: --max-restarts restarts a torchrun group: give --nproc-per-node too "

@@ -14,6 +14,13 @@ from hal.redirect._devices import marked
 from hal.redirect._core import Redirection
 
 
+def _autocast_dtypes(device_type: str) -> tuple:
+    """The dtypes torch's autocast accepts for ``device_type`` (torch 2.13's ``autocast.__init__``: a
+    PrivateUse1 module's ``get_amp_supported_dtype()``, else bfloat16 and float16)."""
+    fn = getattr(getattr(torch, device_type, None), "get_amp_supported_dtype", None)
+    return tuple(fn()) if callable(fn) else (torch.bfloat16, torch.float16)
+
+
 def install(t: Redirection) -> None:
     """Map the ``"cuda"`` device type of autocast, GradScaler and custom_fwd/bwd to the backend's."""
     ac = torch.amp.autocast_mode.autocast
@@ -25,8 +32,16 @@ def install(t: Redirection) -> None:
         if device_type == "cuda":
             if dtype is None:
                 dtype = torch.float16  # CUDA's autocast default, kept: no silent dtype change
-            t.log.redirected("torch.autocast('cuda')", f"torch.autocast({t.device_type!r}, dtype={dtype})"
-                             + (" with CUDA's op lists" if cuda_policy else ""))
+            if enabled and dtype not in _autocast_dtypes(t.device_type):
+                # CUDA's autocast takes any floating dtype; float32 (torchtitan's single-device "AMP" with
+                # float32 parameters) leaves a float32 model as it is.  The backend's autocast would refuse it
+                # with a warning CUDA never gives and run disabled: run disabled, and say so here.
+                t.log.redirected("torch.autocast('cuda')", f"not entered: {t.device_type}'s autocast has no {dtype} "
+                                 f"(float32 ops run as they are, as under CUDA's)")
+                enabled = False
+            else:
+                t.log.redirected("torch.autocast('cuda')", f"torch.autocast({t.device_type!r}, dtype={dtype})"
+                                 + (" with CUDA's op lists" if cuda_policy else ""))
             device_type = t.device_type
             if cuda_policy and enabled:
                 from hal.redirect._autocast_policy import CudaAutocastPolicy

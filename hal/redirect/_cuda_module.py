@@ -19,7 +19,7 @@ import torch
 from hal._errors import NotSupported
 from hal.plugin.backend import host_memory_bytes
 from hal.redirect import _cuda_submodules
-from hal.redirect._cuda_classes import Spec, cuda_class, is_stand_in, stand_in
+from hal.redirect._cuda_classes import Spec, cuda_class, is_stand_in, spec_of, stand_in
 from hal.redirect._devices import MARK, LEGACY_TYPES
 from hal.redirect._core import Redirection
 from hal.redirect._split import patch_split as _patch, report_the_rest
@@ -47,6 +47,9 @@ NO_OPS = {"set_per_process_memory_fraction": (None, "no per-process memory cap o
           "is_tf32_supported": (False, "TF32 is a CUDA (Ampere+) format"),
           "memory_summary": ("", "the backend keeps no CUDA allocator summary"),
           "memory_snapshot": ([], "the backend keeps no CUDA allocator snapshot")}
+#: torch.cuda's CUDA-graph entry points (torch 2.13's torch/cuda/graphs.py), refused off CUDA: functions, classes
+GRAPH_FUNCTIONS = ("graph_pool_handle", "make_graphed_callables")
+GRAPH_CLASSES = ("CUDAGraph", "graph")
 
 
 def _stand_in(t: Redirection, name: str, new: Callable, base: type,
@@ -447,6 +450,29 @@ def _install_nvtx(t: Redirection) -> None:
         _patch(t, nvtx, "range", range_)
 
 
+def _install_graphs(t: Redirection) -> None:
+    """CUDA graphs: no backend the shim redirects to has them (on CUDA the shim changes nothing), so the
+    user's code -- or a library that captures graphs once ``torch.cuda.is_available()`` answers True --
+    gets :class:`hal.NotSupported` naming the call, the backend and the libraries' switches
+    (:func:`hal.stacks.cuda_graph_hint`).  The classes stay classes (``isinstance``, annotations);
+    ``is_current_stream_capturing()`` answers False (:func:`_install_devices`)."""
+    from hal.stacks import cuda_graph_hint
+
+    def refuse(label: str) -> Callable:
+        def call(*args, **kwargs):
+            t.log.not_redirected(label, f"no CUDA graphs on {t.backend.name}; raised hal.NotSupported")
+            raise NotSupported(t.backend.name, f"{label} (CUDA graphs)", cuda_graph_hint())
+        return call
+
+    for name in GRAPH_FUNCTIONS:
+        if callable(getattr(torch.cuda, name, None)):
+            _patch(t, torch.cuda, name, refuse(f"torch.cuda.{name}"))
+    for name in GRAPH_CLASSES:
+        orig = getattr(torch.cuda, name, None)
+        if isinstance(orig, type):
+            _stand_in(t, name, refuse(f"torch.cuda.{name}"), spec_of(orig).base if is_stand_in(orig) else orig)
+
+
 def _install_rest(t: Redirection) -> None:
     cuda = torch.cuda
 
@@ -460,13 +486,7 @@ def _install_rest(t: Redirection) -> None:
         if hasattr(cuda, name):
             _patch(t, cuda, name, no_op(name, result, why))
 
-    def make_graphed_callables(callables, sample_args, *args, **kwargs):
-        t.log.redirected("torch.cuda.make_graphed_callables",
-                         f"the callables as they are (no CUDA graphs on {t.backend.name}; same results)")
-        return callables
-
-    if hasattr(cuda, "make_graphed_callables"):
-        _patch(t, cuda, "make_graphed_callables", make_graphed_callables)
+    _install_graphs(t)
 
     # every other public torch.cuda function is reported when the user's code calls it
     report_the_rest(t, cuda, "torch.cuda")

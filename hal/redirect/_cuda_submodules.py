@@ -7,9 +7,9 @@ Trainer saves its RNG with ``torch.cuda.random.get_rng_state()``, other code cal
 - A submodule's name that is the same object as a ``torch.cuda`` name gets the same
   replacement (``torch.cuda.random.get_rng_state is torch.cuda.get_rng_state`` under the shim
   as without it).
-- A class the shim has no counterpart of (``CUDAGraph``, ``graph``, ``MemPool``,
-  ``ExternalStream`` ...) becomes a stand-in that reports its construction and builds torch's
-  own (:mod:`hal.redirect._cuda_classes`): it stays a class.
+- A class the shim has no counterpart of (``MemPool``, ``ExternalStream`` ...) becomes a
+  stand-in that reports its construction and builds torch's own (:mod:`hal.redirect._cuda_classes`):
+  it stays a class.  ``CUDAGraph`` and ``graph`` are refused (:mod:`hal.redirect._cuda_module`).
 - What only a submodule holds is answered here (:data:`ANSWERS`, :data:`NO_OPS`) or, when the
   backend has no equivalent, reported when the user's code calls it.  ``torch.cuda.amp``'s
   classes and decorators are redirected where they call ``torch.amp`` with ``"cuda"``

@@ -127,15 +127,13 @@ def run_script(path: Optional[str], argv: Sequence[str] = (), options: Sequence[
     from hal.redirect import _children
     from hal.redirect._enable import enable
 
-    if module is not None:
-        path = _module_file(module)
-    path = os.path.abspath(path)
-    if not os.path.isfile(path):
-        raise HalError(f"{path}: no such script; pass the path of a Python file, "
-                       f"e.g. hal run train.py --epochs 1")
+    if module is None:
+        path = os.path.abspath(path)
+        if not os.path.isfile(path):
+            raise HalError(f"{path}: no such script; pass the path of a Python file, "
+                           f"e.g. hal run train.py --epochs 1")
     cand = get_registry().selected()
     old_argv, old_path = sys.argv, list(sys.path)
-    sys.argv = [path, *argv]
     # python script.py puts the script's folder first on sys.path; python -m the working directory
     sys.path.insert(0, os.getcwd() if module is not None else os.path.dirname(path))
     exit_code, error, message = 0, None, None
@@ -143,6 +141,13 @@ def run_script(path: Optional[str], argv: Sequence[str] = (), options: Sequence[
     fallback_install = None
     try:
         with enable(cand.backend) as t:
+            if module is not None:
+                # as python -m: the module's parent packages are imported (under the shim) with sys.argv
+                # already the module's arguments (torchtitan 0.2.2's ConfigManager.parse_args binds
+                # sys.argv[1:] as a default when torchtitan.config is imported)
+                sys.argv = ["-m", *argv]
+                path = _module_file(module)
+            sys.argv = [path, *argv]
             children = _children.install(t, path, options)
             _announce_fallbacks(cand.backend, t.log.echo)
             fallback_install = _install_fallback()

@@ -6,3 +6,26 @@ the stack: :mod:`hal.stacks.deepspeed` (DeepSpeed's accelerator, installed with
 installs them; a script without ``hal run`` calls their ``install()`` (docs/redirect.md, "LLM
 training stacks").
 """
+from __future__ import annotations
+
+import functools
+import json
+from importlib import resources
+from typing import List
+
+
+@functools.lru_cache(maxsize=1)
+def cuda_graph_switches() -> List[dict]:
+    """The libraries that capture CUDA graphs on their own once ``torch.cuda.is_available()`` answers
+    True, with the switch that makes each run eagerly (``hal/data/cuda_graph_switches.json``: library,
+    version read, switch, default, source)."""
+    data = json.loads(resources.files("hal").joinpath("data", "cuda_graph_switches.json").read_text(encoding="utf-8"))
+    return data["switches"]
+
+
+def cuda_graph_hint() -> str:
+    """One line for an error on a backend without CUDA graphs: the switch of every library known to turn
+    them on."""
+    known = "; ".join(f"{row['library']} {row['switch']}" for row in cuda_graph_switches())
+    return (f"run eagerly instead; libraries that capture graphs once torch.cuda.is_available() answers True "
+            f"(it does under hal run) have a switch for it: {known}")

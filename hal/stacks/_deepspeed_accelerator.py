@@ -13,10 +13,11 @@ from deepspeed.accelerator.abstract_accelerator import DeepSpeedAccelerator
 
 from hal._errors import NotSupported
 from hal.dist.process_group import backend_string
+from hal.stacks import cuda_graph_switches
 
-#: DeepSpeed's switches for the CUDA-graph paths, named when a backend has no graphs
-GRAPH_SWITCH = ("leave DeepSpeed's CUDA-graph options off (\"cuda_graph\"/\"graph_harvesting\": false in the "
-                "config, enable_cuda_graph=False for inference)")
+#: DeepSpeed's switches for the CUDA-graph paths (hal/data/cuda_graph_switches.json), named when a backend has none
+GRAPH_SWITCH = "leave DeepSpeed's CUDA graphs off: " + next(
+    row["switch"] for row in cuda_graph_switches() if row["library"] == "DeepSpeed")
 
 
 def _index(device) -> int:

@@ -47,7 +47,8 @@ MANIFEST = os.path.join(HERE, "manifest.json")
 SCRIPTS = os.path.join(HERE, "scripts")
 HARD_MAX_S = 10.0
 
-_ERROR_LINE = re.compile(r"^(?:(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Exit|Interrupt|NotSupported)(?::.*)?"
+# an exception line: ``ValueError: ...``, ``torch.distributed...ChildFailedError``, hal's ``hal._errors.NotSupported: ...``
+_ERROR_LINE = re.compile(r"^(?:(?:[A-Za-z_]\w*\.)*(?:[A-Z]\w*(?:Error|Exception|Exit|Interrupt)|\w*NotSupported)(?::.*)?"
                          r"|hal(?: run)?: error\b.*)$")
 
 
@@ -109,11 +110,13 @@ def command_for(entry, python=sys.executable, hal=None, scripts=SCRIPTS, args=No
     target = ["-m", entry["module"]] if entry.get("module") else [os.path.join(scripts, entry["script"])]
     args = entry["args"] if args is None else args
     n = int(entry.get("nproc_per_node") or 0)
+    # torchrun's console options (torchtitan's launch: --local-ranks-filter 0 --role rank --tee 3)
+    launcher = list(entry.get("torchrun_args", [])) if n >= 1 else []
     if hal:
         exe = shutil.which("hal") or "hal"
-        return [exe, "run", *([f"--nproc-per-node={n}"] if n >= 1 else []), *target, *args]
+        return [exe, "run", *([f"--nproc-per-node={n}"] if n >= 1 else []), *launcher, *target, *args]
     if n >= 1:
-        return [python, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={n}",
+        return [python, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={n}", *launcher,
                 *target, *args]
     return [python, *target, *args]
 

@@ -56,6 +56,16 @@ def test_manifest_is_consistent():
     assert on_disk == set(ENTRIES), "every script is in the manifest and every entry has its script"
 
 
+def test_the_error_line_is_the_exception_a_rank_raised():
+    """What a failed run is reported by: the exception line, hal's NotSupported included (a 2-rank run's
+    rank-prefixed lines before torchrun's failure table)."""
+    err = ("[rank0]:Traceback (most recent call last):\n"
+           "[rank0]:hal._errors.NotSupported: cpu: torch.cuda.graph_pool_handle (CUDA graphs) is not supported\n"
+           "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: \n  exitcode  : 1 (pid: 7)\n")
+    assert corpus.first_error_line(err).startswith("hal._errors.NotSupported: cpu: torch.cuda.graph_pool_handle")
+    assert corpus.first_error_line("Traceback\nValueError: bad shape\n") == "ValueError: bad shape"
+
+
 @pytest.mark.parametrize("name", sorted(ENTRIES))
 def test_script_runs_with_plain_torch_on_the_cpu(name):
     rc, losses, error = _plain(name)

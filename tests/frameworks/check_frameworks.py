@@ -18,10 +18,12 @@ Entries whose ``requires`` module (timm) cannot be imported are skipped.  Exit s
 every selected entry passes.  The run/compare machinery is tests/corpus/check_plain_cpu.py's.
 """
 import argparse
+import contextlib
 import importlib.util
 import json
 import os
 import sys
+import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "corpus"))
@@ -69,14 +71,14 @@ def missing_requirement(entry):
     return None
 
 
-def command(entry, mode, scripts=SCRIPTS):
+def command(entry, mode, scripts=SCRIPTS, args=None):
     """The command line of ``entry`` in ``mode``: ``plain``, ``cpu`` or ``emu`` (``scripts``: the folder
-    of the entry's script; tests/llmstack passes its own)."""
+    of the entry's script; tests/llmstack passes its own; ``args`` replace the entry's)."""
     if mode == "plain":
         if "plain_nproc_per_node" in entry:  # the stack runs plainly on a CPU at another process count only
             entry = dict(entry, nproc_per_node=entry["plain_nproc_per_node"])
-        return corpus.command_for(entry, scripts=scripts, args=entry.get("plain_args", entry["args"]))
-    return corpus.command_for(entry, hal=mode, scripts=scripts)
+        return corpus.command_for(entry, scripts=scripts, args=args or entry.get("plain_args", entry["args"]))
+    return corpus.command_for(entry, hal=mode, scripts=scripts, args=args)
 
 
 def environment(entry, mode, base=None):
@@ -89,11 +91,24 @@ def environment(entry, mode, base=None):
     return env
 
 
+def launches(entry, mode, scripts=SCRIPTS):
+    """The command lines of one run: the entry's, then one per argument list of its ``relaunch`` (a resume:
+    the same recipe started again in the same folder)."""
+    return [command(entry, mode, scripts)] + [command(entry, mode, scripts, args) for args in entry.get("relaunch", [])]
+
+
 def run(entry, mode, timeout=300, scripts=SCRIPTS, cwd=None):
     """One run: a dict with rc, seconds, losses, the check lines missing, and the error line (``cwd``: a
-    folder to run in, for runs that share files; default a fresh one)."""
-    rc, secs, cpu, out, err = corpus.run_once(command(entry, mode, scripts), timeout, env=environment(entry, mode),
-                                              cwd=cwd)
+    folder to run in, for runs that share files; default a fresh one).  An entry with ``relaunch`` is
+    launched again in the same folder after each launch that exits 0; the losses and output of all launches
+    are taken in order, the seconds summed."""
+    with (contextlib.nullcontext(cwd) if cwd else tempfile.TemporaryDirectory(prefix="corpus_run_")) as cwd:
+        rc, secs, cpu, out, err = 0, 0.0, 0.0, "", ""
+        for cmd in launches(entry, mode, scripts):
+            rc, s, c, o, e = corpus.run_once(cmd, timeout, env=environment(entry, mode), cwd=cwd)
+            secs, cpu, out, err = secs + s, cpu + c, out + o, err + e
+            if rc != 0:
+                break
     losses = corpus.extract_losses(entry["loss_regex"], out)
     missing = [c for c in entry.get("checks", []) if c not in out]
     problems = []
@@ -103,7 +118,8 @@ def run(entry, mode, timeout=300, scripts=SCRIPTS, cwd=None):
         problems.append(f"no loss matched {entry['loss_regex']!r}")
     elif missing:
         problems.append(f"check line(s) not printed: {missing}")
-    return {"mode": mode, "rc": rc, "seconds": round(secs, 2), "cpu_seconds": round(cpu, 2), "losses": losses,
+    return {"name": corpus.entry_name(entry), "mode": mode, "rc": rc, "seconds": round(secs, 2),
+            "cpu_seconds": round(cpu, 2), "losses": losses,
             "missing_checks": missing, "error": None if rc == 0 else corpus.first_error_line(err, out),
             "problems": problems, "stdout_tail": out.splitlines()[-20:], "stderr_tail": err.splitlines()[-30:]}
 
@@ -111,17 +127,32 @@ def run(entry, mode, timeout=300, scripts=SCRIPTS, cwd=None):
 def compare(a, b, rtol=RTOL):
     """Problems (a list) between two runs' losses (an entry's own ``rtol`` replaces the default,
     with its ``rtol_why``)."""
+    pair = f"{a['mode']}={b['mode']}" if a.get("name") == b.get("name") else f"{a['mode']}={b['name']}:{b['mode']}"
     if a["problems"] or b["problems"]:
-        return [f"{a['mode']}={b['mode']}: not compared (a run failed)"]
+        return [f"{pair}: not compared (a run failed)"]
     diff = corpus.max_rel_diff(b["losses"], a["losses"])
     if diff > rtol:
-        return [f"{a['mode']}={b['mode']}: losses differ (max relative difference {diff:.3g}): "
+        return [f"{pair}: losses differ (max relative difference {diff:.3g}): "
                 f"{corpus.short(a['losses'])} vs {corpus.short(b['losses'])}"]
     return []
 
 
-def check_entry(entry, mode, do_compare=False, rtol=RTOL, timeout=300, scripts=SCRIPTS):
-    """Run ``entry`` in ``mode`` (and its references with ``do_compare``); the result as a dict."""
+def reference(pair, entry, entries=None):
+    """The run a ``compare`` pair ``A=B`` names as B: ``(entry, mode)`` -- the same entry in mode B
+    (``cpu=plain``), or another entry of ``entries`` in a mode (``cpu=titan_single:cpu``: a one-process
+    run as the reference of a 2-rank recipe)."""
+    _, _, b = pair.partition("=")
+    name, sep, mode = b.partition(":")
+    if not sep:
+        return entry, b
+    if not entries or name not in entries:
+        raise KeyError(f"compare {pair!r}: no entry {name!r}")
+    return entries[name], mode
+
+
+def check_entry(entry, mode, do_compare=False, rtol=RTOL, timeout=300, scripts=SCRIPTS, entries=None):
+    """Run ``entry`` in ``mode`` (and its references with ``do_compare``; ``entries``: the table that
+    ``NAME:MODE`` references are looked up in); the result as a dict."""
     main = run(entry, mode, timeout, scripts)
     result = {"name": corpus.entry_name(entry), "mode": mode, "command": " ".join(command(entry, mode, scripts)[1:]),
               "run": main, "references": {}, "problems": list(main["problems"])}
@@ -130,7 +161,8 @@ def check_entry(entry, mode, do_compare=False, rtol=RTOL, timeout=300, scripts=S
             a, _, b = pair.partition("=")
             if a != mode:
                 continue
-            ref = result["references"].get(b) or run(entry, b, timeout, scripts)
+            ref_entry, ref_mode = reference(pair, entry, entries)
+            ref = result["references"].get(b) or run(ref_entry, ref_mode, timeout, scripts)
             result["references"][b] = ref
             result["problems"] += compare(main, ref, entry.get("rtol", rtol))
     result["ok"] = not result["problems"]

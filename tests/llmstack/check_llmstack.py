@@ -11,13 +11,24 @@ references the entry's ``compare`` names (``emu=plain``: every step's loss withi
 
     python tests/llmstack/check_llmstack.py --hal emu --compare            # every entry on emu vs its reference
     python tests/llmstack/check_llmstack.py ds_zero3_init --hal cpu --json
+    python tests/llmstack/check_llmstack.py titan_fsdp2 --hal cpu --compare
 
-Arguments may name ``{configs}`` (tests/llmstack/configs).  The run/compare machinery is
+Arguments may name ``{configs}`` (tests/llmstack/configs) and ``{assets}``: the folder of the files the
+manifest's ``assets`` helper makes (a module in tests/llmstack with ``folder()`` and ``ensure()``, e.g.
+titan_assets.py: a tokenizer, a data set and a seed checkpoint made here, never downloaded), made before
+the manifest's first run.  Beyond ``A=B`` between modes of one entry, a ``compare`` pair may name another
+entry's run as the reference, ``A=NAME:MODE`` (``cpu=titan_single:cpu``: a 2-rank recipe against the
+one-process run of the same model and data, where the stack cannot run plain on a CPU).  An entry with
+``relaunch`` (argument lists) is launched again in the same folder after its first launch, once per list
+(a checkpoint resume: train K steps, start again, go on from K); its losses are those of all launches in
+order.  ``blocked_by`` (``{mode: reason}``): runs that a missing piece of hal still fails, an expected
+failure naming the piece (tests turn it into a strict xfail).  The run/compare machinery is
 tests/frameworks/check_frameworks.py's (itself tests/corpus/check_plain_cpu.py's); ``make llmstack``
-runs the whole matrix under pytest (tests/llmstack/test_llmstack.py).
+runs the whole matrix under pytest (tests/llmstack/test_*.py).
 """
 import argparse
 import glob
+import importlib
 import json
 import os
 import sys
@@ -41,17 +52,42 @@ def manifests():
     return {os.path.basename(p): corpus.load_manifest(p) for p in sorted(glob.glob(os.path.join(HERE, "*.json")))}
 
 
+def assets_helper(name):
+    """The module tests/llmstack/``name``.py that makes a manifest's ``{assets}`` (``folder()``, ``ensure()``)."""
+    if HERE not in sys.path:
+        sys.path.insert(0, HERE)
+    return importlib.import_module(name)
+
+
+def _fill(args, assets):
+    out = [a.replace("{configs}", CONFIGS) for a in args]
+    return [a.replace("{assets}", assets) for a in out] if assets else out
+
+
 def entries():
-    """Every entry of every manifest, with its arguments' ``{configs}`` filled in, by name."""
+    """Every entry of every manifest, with ``{configs}`` and ``{assets}`` filled in its arguments (and the
+    manifest's ``assets`` helper named in ``assets``), by name."""
     out = {}
     for manifest in manifests().values():
+        helper = manifest.get("assets")
+        assets = assets_helper(helper).folder() if helper else None
         for e in manifest["scripts"]:
             e = dict(e)
             for key in ("args", "plain_args"):
                 if key in e:
-                    e[key] = [a.replace("{configs}", CONFIGS) for a in e[key]]
+                    e[key] = _fill(e[key], assets)
+            if "relaunch" in e:
+                e["relaunch"] = [_fill(args, assets) for args in e["relaunch"]]
+            if helper:
+                e["assets"] = helper
             out[e["name"]] = e
     return out
+
+
+def prepare(entry):
+    """Make the files the entry's ``{assets}`` names, where missing (the manifest's helper's ``ensure()``)."""
+    if entry.get("assets"):
+        assets_helper(entry["assets"]).ensure()
 
 
 def validate():
@@ -60,6 +96,7 @@ def validate():
     scripts_used = set()
     for fname, manifest in manifests().items():
         defined = set(manifest.get("idioms", {}))
+        names = {e.get("name") for e in manifest["scripts"]}
         used = set()
         for e in manifest["scripts"]:
             name = e.get("name", "?")
@@ -72,8 +109,18 @@ def validate():
                     problems.append(f"{fname}: {name}: no such file scripts/{e['script']}")
             for pair in e.get("compare", []):
                 a, _, b = pair.partition("=")
-                if a not in MODES[1:] or b not in MODES or a == b or (b == "plain" and not e.get("plain")):
+                ref, sep, ref_mode = b.partition(":")
+                if sep:  # another entry's run: NAME:MODE
+                    ok = a in MODES[1:] and ref in names and ref != name and ref_mode in MODES[1:]
+                else:
+                    ok = a in MODES[1:] and b in MODES and a != b and (b != "plain" or e.get("plain"))
+                if not ok:
                     problems.append(f"{fname}: {name}: bad compare {pair!r}")
+            for mode, why in e.get("blocked_by", {}).items():
+                if mode not in MODES or not why:
+                    problems.append(f"{fname}: {name}: blocked_by needs a mode and the missing piece ({mode!r})")
+            if any("{assets}" in a for a in e.get("args", [])) and not manifest.get("assets"):
+                problems.append(f"{fname}: {name}: its args name {{assets}} but the manifest has no assets helper")
             for i in e.get("idioms", []):
                 used.add(i)
                 if i not in defined:
@@ -90,7 +137,8 @@ def missing_requirement(entry):
 
 
 def run(entry, mode, timeout=900, cwd=None):
-    """One run of ``entry`` in ``mode`` (see tests/frameworks/check_frameworks.run)."""
+    """One run of ``entry`` in ``mode`` (see tests/frameworks/check_frameworks.run), its assets made first."""
+    prepare(entry)
     return fw.run(entry, mode, timeout, scripts=SCRIPTS, cwd=cwd)
 
 
@@ -99,7 +147,9 @@ def compare(a, b, rtol=RTOL):
 
 
 def check_entry(entry, mode, do_compare=False, rtol=RTOL, timeout=900):
-    return fw.check_entry(entry, mode, do_compare, entry.get("rtol", rtol), timeout, scripts=SCRIPTS)
+    prepare(entry)
+    return fw.check_entry(entry, mode, do_compare, entry.get("rtol", rtol), timeout, scripts=SCRIPTS,
+                          entries=entries())
 
 
 def main(argv=None):

@@ -568,7 +568,9 @@ def test_torch_cuda_submodules_are_judged_as_torch_cuda(tmp_path):
         used = torch.cuda.memory.memory_allocated()
         torch.cuda.memory._record_memory_history()
         g = torch.cuda.graphs.CUDAGraph()
+        step = torch.cuda.make_graphed_callables(step, (x,))
+        pool = torch.cuda.graph_pool_handle()
     """)
-    assert hits(r) == {(7, "torch-cuda-other"), (8, "cuda-graphs")}
+    assert hits(r) == {(7, "torch-cuda-other"), (8, "cuda-graphs"), (9, "cuda-graphs"), (10, "cuda-graphs")}
     assert only(r, "torch-cuda-other").what.startswith("`torch.cuda.memory._record_memory_history`")
 

@@ -67,3 +67,20 @@ def test_the_policy_names_torch_ops():
     unknown = [n for n in policy if n not in ops and not hasattr(torch.Tensor, n) and not hasattr(F, n)
                and not hasattr(torch.linalg, n)]
     assert unknown == []
+
+
+@pytest.mark.parametrize("name", ["cpu", "emu"])
+def test_autocast_cuda_float32_leaves_a_float32_model_as_it_is_without_a_warning(clean_registry, name):
+    """torchtitan's one-device "AMP" with float32 parameters enters torch.autocast("cuda", dtype=torch.float32):
+    CUDA takes it silently; the backend's autocast has no float32, so the shim does not enter it and says so
+    (torch would warn "the target dtype is not supported" on every step; warnings are errors here)."""
+    backend = Registry(env={"HAL_BACKEND": name}).selected().backend
+    with hal.redirect.enable(backend) as t:
+        x = torch.randn(4, 8, device="cuda")
+        w = torch.randn(8, 8, device="cuda")
+        with torch.autocast("cuda", dtype=torch.float32):
+            y = F.linear(x, w).softmax(-1)
+        rows = t.log.rows("redirected")
+    assert y.dtype == torch.float32
+    assert torch.equal(y, F.linear(x, w).softmax(-1))
+    assert any(r["call"] == "torch.autocast('cuda')" and "not entered" in r["detail"] for r in rows), rows
