@@ -5,8 +5,8 @@ backend when the user's code (or a third-party library) calls it, and calls torc
 function when torch or hal calls it (:mod:`hal.redirect._split`); every class stays a class
 whose instances are the backend's (:mod:`hal.redirect._cuda_classes`); the submodules
 (``torch.cuda.random``, ``memory``, ``streams`` ...) and ``torch.backends.cuda`` answer as
-``torch.cuda`` does (:mod:`hal.redirect._cuda_submodules`).  ``torch.accelerator`` describes
-the selected backend to the user's code: no accelerator on the CPU backend.
+``torch.cuda`` does (:mod:`hal.redirect._cuda_submodules`).  ``torch.accelerator`` answers the user's
+code as ``torch.cuda`` does: a CUDA machine whose device is the backend's.
 """
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from hal.redirect import _cuda_submodules
 from hal.redirect._cuda_classes import Spec, cuda_class, is_stand_in, spec_of, stand_in
 from hal.redirect._devices import MARK, LEGACY_TYPES
 from hal.redirect._core import Redirection
-from hal.redirect._split import patch_split as _patch, report_the_rest
+from hal.redirect._split import answer_for_user, patch_split as _patch, report_the_rest
 #: torch.cuda memory calls with a backend answer -> the value given when the backend has none
 NEUTRAL = {"memory_allocated": 0, "max_memory_allocated": 0, "memory_reserved": 0,
            "max_memory_reserved": 0, "memory_cached": 0, "max_memory_cached": 0, "memory_stats": {},
@@ -493,35 +493,58 @@ def _install_rest(t: Redirection) -> None:
 
 
 # -- torch.accelerator --------------------------------------------------------------------------
+#: torch.accelerator's calls -> the torch.cuda call whose answer (for the user's code) they give
+ACCELERATOR_AS_CUDA = {"device_count": "device_count", "current_device_index": "current_device",
+                       "current_device_idx": "current_device", "set_device_index": "set_device",
+                       "set_device_idx": "set_device", "device_index": "device", "current_stream": "current_stream",
+                       "set_stream": "set_stream", "synchronize": "synchronize", "empty_cache": "empty_cache",
+                       "get_memory_info": "mem_get_info", "memory_allocated": "memory_allocated",
+                       "max_memory_allocated": "max_memory_allocated", "memory_reserved": "memory_reserved",
+                       "max_memory_reserved": "max_memory_reserved", "memory_stats": "memory_stats",
+                       "reset_peak_memory_stats": "reset_peak_memory_stats",
+                       "reset_accumulated_memory_stats": "reset_accumulated_memory_stats"}
+
+
 def _install_accelerator(t: Redirection) -> None:
-    """On the CPU backend, ``torch.accelerator`` tells the user's code there is none.
-
-    Only patched where torch itself sees one (a CUDA build, even without a driver, or a
-    registered PrivateUse1 device); on other backends torch's answer already names the
-    backend's device."""
+    """``torch.accelerator`` answers the user's code as on a CUDA machine, as ``torch.cuda`` does under the
+    shim: ``current_accelerator()`` is ``cuda``, ``is_available()`` True, and each call gives
+    ``torch.cuda``'s answer for the backend (:data:`ACCELERATOR_AS_CUDA`).  Libraries now pick their device
+    through it (accelerate 1.16, transformers 5.25): an answer that disagreed with
+    ``torch.cuda.is_available()`` sent them down their CPU path, every torchrun rank alone.  torch's own
+    code gets torch's real answer (the backend's device, or none on the CPU)."""
     acc = getattr(torch, "accelerator", None)
-    if acc is None or t.device_type != "cpu" or torch._C._accelerator_getAccelerator() is None:
+    if acc is None:
         return
+    cuda, cpu = torch.cuda, t.device_type == "cpu"
+    real = {name: getattr(acc, name, None) for name in ("get_device_capability", "empty_host_cache")}
 
-    def none_available(name):
+    def as_cuda(cuda_name):
         def call(*args, **kwargs):
-            raise RuntimeError(f"torch.accelerator.{name}: Cannot access accelerator device when none is "
-                               f"available (hal run on the cpu backend shows no accelerator; "
-                               f"check torch.accelerator.is_available() first)")
+            return answer_for_user(getattr(cuda, cuda_name))(*args, **kwargs)
         return call
 
-    answers = {"current_accelerator": lambda check_available=False: None, "is_available": lambda: False,
-               "device_count": lambda: 0}
+    def capability(device=None):
+        if cpu:  # what torch answers for the CPU's dtypes
+            return {"supported_dtypes": set(t.backend.supported_dtypes())}
+        return real["get_device_capability"](t.device(device))
+
+    answers = {"current_accelerator": lambda check_available=False: torch.device("cuda"),
+               "is_available": lambda: True, "get_device_capability": capability,
+               "empty_host_cache": lambda: None if cpu else real["empty_host_cache"]()}
+    answers.update({name: as_cuda(cuda_name) for name, cuda_name in ACCELERATOR_AS_CUDA.items()})
     for name in getattr(acc, "__all__", ()):
         obj = getattr(acc, name, None)
-        if obj is None or isinstance(obj, type) or not callable(obj):
+        if obj is None or name not in answers:
             continue
-        _patch(t, acc, name, answers.get(name) or none_available(name))
+        if isinstance(obj, type):  # device_index: a class stays a class; torch's own code gets torch's
+            device_spec = spec_of(cuda.device)
+            t.patch(acc, name, stand_in(name, Spec(obj, obj, device_spec.new, device_spec.base)))
+        else:
+            _patch(t, acc, name, answers[name])
 
 
 def install(t: Redirection) -> None:
-    """Patch ``torch.cuda``, its submodules and ``torch.backends.cuda`` (and ``torch.accelerator``
-    on the CPU backend) for ``t``."""
+    """Patch ``torch.cuda``, its submodules, ``torch.backends.cuda`` and ``torch.accelerator`` for ``t``."""
     originals = dict(vars(torch.cuda))
     _install_devices(t)
     _install_facet(t)

@@ -64,14 +64,19 @@ def _wrap(t: Redirection, fn, label: str, pos: Optional[int], kw: str, cuda_defa
 
 
 def _install_get_device_module(t: Redirection) -> None:
+    """``torch.get_device_module("cuda")`` (and with no argument: the accelerator, which is ``cuda`` to the
+    user's code) is ``torch.cuda`` as the shim answers it, for the backend: a library then calls it with
+    the ``cuda`` devices it made (accelerate 1.16: ``get_device_module(device).set_device(torch.device(
+    "cuda", i))``), which the backend's own module would refuse."""
     orig = torch.get_device_module
 
     def get_device_module(device=None):
         # torch's own callers (fork_rng, checkpoint) keep their answer, as with torch.cuda
-        if device is not None and not from_inside(2) and (_is_cuda_type(device) or (isinstance(device, torch.device)
-                                                              and device.type == "cuda")):
-            t.log.redirected(f"torch.get_device_module({device!r})", f"torch.get_device_module({t.device_type!r})")
-            device = t.device_type
+        if not from_inside(2) and (device is None or _is_cuda_type(device) or (isinstance(device, torch.device)
+                                                                              and device.type == "cuda")):
+            t.log.redirected(f"torch.get_device_module({'' if device is None else repr(device)})",
+                             f"torch.cuda, answering for {t.backend.name}")
+            return torch.cuda
         return orig(device)
 
     t.patch(torch, "get_device_module", marked(get_device_module, orig))

@@ -17,6 +17,10 @@ from hal.redirect._devices import MARK, marked
 _getframe = sys._getframe
 
 
+#: the attribute of a split function holding its answer for the user's code (:func:`for_user`)
+FOR_USER = "__hal_for_user__"
+
+
 def split(orig: Callable, for_user: Callable) -> Callable:
     """A function that runs ``for_user`` for the user's code and ``orig`` for torch's and hal's."""
     def call(*args, **kwargs):
@@ -24,7 +28,14 @@ def split(orig: Callable, for_user: Callable) -> Callable:
         if name and (name in INTERNAL_NAMES or name.startswith(INTERNAL_PREFIXES)):
             return orig(*args, **kwargs)
         return for_user(*args, **kwargs)
+    setattr(call, FOR_USER, for_user)
     return marked(call, orig)
+
+
+def answer_for_user(fn: Callable) -> Callable:
+    """What ``fn`` (a function the shim replaced with :func:`split`, or any other) answers the user's code,
+    for hal's parts that answer one call with another's answer (``torch.accelerator`` with ``torch.cuda``'s)."""
+    return getattr(fn, FOR_USER, fn)
 
 
 def patch_split(t: Redirection, owner, name: str, for_user: Callable) -> None:

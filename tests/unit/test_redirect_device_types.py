@@ -63,7 +63,10 @@ def test_every_device_type_call_is_wrapped(backend):
 def test_cuda_device_types_become_the_backends(backend):
     with hal.redirect.enable(backend):
         assert torch.amp.is_autocast_available("cuda")
-        assert torch.get_device_module("cuda") is torch.get_device_module(backend.device_type)
+        module = torch.get_device_module("cuda")  # torch.cuda as the shim answers it, for the backend
+        assert module is torch.cuda and torch.get_device_module() is torch.cuda
+        module.set_device(torch.device("cuda", 0))  # accelerate 1.16's idiom: a cuda device, on any backend
+        assert module.device_count() >= 1 and len(module.get_rng_state_all()) == module.device_count()
         with torch.autocast("cuda", torch.bfloat16):
             assert torch.is_autocast_enabled("cuda") and torch.get_autocast_dtype("cuda") == torch.bfloat16
         with torch.random.fork_rng(devices=[0], device_type="cuda"):

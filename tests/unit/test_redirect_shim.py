@@ -165,18 +165,22 @@ def test_torch_internals_get_the_real_torch_cuda_answers(cpu_backend):
     assert inside["answer"] == real
 
 
-def test_torch_accelerator_shows_no_accelerator_to_the_user_on_the_cpu_backend(cpu_backend, monkeypatch):
+def test_torch_accelerator_answers_the_user_as_torch_cuda_does_and_torch_gets_the_truth(cpu_backend, monkeypatch):
+    """accelerate 1.16 picks its device through torch.accelerator: an answer that disagreed with
+    torch.cuda.is_available() sent it down its CPU path (every torchrun rank alone)."""
     # on PyPI's CUDA build torch.accelerator names cuda even without a driver
     monkeypatch.setattr(torch._C, "_accelerator_getAccelerator", lambda: torch.device("cuda"))
     inside = {"__name__": "torch.fake_internal", "torch": torch}
     with hal.redirect.enable(cpu_backend):
         user = (torch.accelerator.current_accelerator(), torch.accelerator.is_available(),
-                torch.accelerator.device_count())
-        with pytest.raises(RuntimeError, match="none is available"):
-            torch.accelerator.current_device_index()
+                torch.accelerator.device_count(), torch.accelerator.current_device_index(),
+                torch.accelerator.memory_allocated())
+        with torch.accelerator.device_index(0):
+            torch.accelerator.synchronize()
         exec("answer = torch.accelerator.current_accelerator()", inside)
-    assert user == (None, False, 0)
+    assert user == (torch.device("cuda"), True, 1, 0, 0)
     assert inside["answer"] == torch.device("cuda")  # torch itself still sees what it was built with
+    assert torch.accelerator.is_available is not None and not hasattr(torch.accelerator.is_available, "__hal_for_user__")
 
 
 def test_only_device_taking_calls_are_wrapped_and_no_torch_function_mode_is_pushed(cpu_backend):

@@ -10,7 +10,9 @@ import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
 
 rank = int(os.environ.get("RANK", "0"))
-out = {"device_module": torch.get_device_module("cuda").__name__,
+module = torch.get_device_module("cuda")  # as accelerate 1.16 sets its device
+module.set_device(torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0"))))
+out = {"device_module": [module.__name__, torch.ones(1, device="cuda").device.type, len(module.get_rng_state_all())],
        "autocast_available": torch.amp.is_autocast_available("cuda")}
 x = torch.empty(4, pin_memory=True)
 y = torch.zeros(2, 3, pin_memory=True, device="cpu")

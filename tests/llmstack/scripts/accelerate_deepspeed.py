@@ -61,6 +61,7 @@ def main():
             print(f"step {step} loss {mean:.8f}", flush=True)
     before = {k: v.detach().float().cpu().clone() for k, v in accelerator.get_state_dict(model).items()}
     accelerator.save_state("state")
+    accelerator.wait_for_everyone()  # the main process writes the scheduler's state; every process reads it
     accelerator.load_state("state")
     after = accelerator.get_state_dict(model)
     same = all(torch.equal(before[k], after[k].detach().float().cpu()) for k in before)
