@@ -20,26 +20,38 @@ def _install_deepspeed(t: Redirection) -> None:
     t.on_restore(after_import(deepspeed.SEAM, lambda _m: t.log.redirected("DeepSpeed accelerator", choice.describe())))
 
 
-def _install_hub_kernels(t: Redirection) -> None:
-    """Hugging Face's hub kernels (the ``kernels`` library, applied by ``from_pretrained`` in transformers
-    >= 5.25 unless ``USE_HUB_KERNELS`` says no) have none for device types outside their list, and refuse
-    the model then (``Unsupported device type 'emu'``).  On such a backend they are switched off for the run,
-    as the library's own switch does, unless the user set it."""
+def hub_kernels_off(device_type: str, env=None, installed=None):
+    """``(variable, value, why)`` that switches Hugging Face's hub kernels off for a run on ``device_type``,
+    or None where they stay as they are: the ``kernels`` library (applied by ``from_pretrained`` in
+    transformers >= 5.25 unless ``USE_HUB_KERNELS`` says no) is installed, has none for the device type and
+    refuses the model then (``Unsupported device type 'emu'``), and the user has not set the variable.
+    Facts: hal/data/hub_kernels.json."""
     import json
     import os
     from importlib import resources
 
     fact = json.loads(resources.files("hal").joinpath("data/hub_kernels.json").read_text())
-    env = fact["switch"]["env"]
-    if (importlib.util.find_spec("kernels") is None or env in os.environ
-            or t.device_type in fact["device_types"]):
+    var, off = fact["switch"]["env"], fact["switch"]["off"]
+    env = os.environ if env is None else env
+    installed = importlib.util.find_spec("kernels") is not None if installed is None else installed
+    if not installed or var in env or device_type in fact["device_types"]:
+        return None
+    return var, off, (f"the kernels library has none for {device_type} ({fact['checked']}: "
+                      f"{', '.join(fact['device_types'])}); set {var}=YES to try them")
+
+
+def _install_hub_kernels(t: Redirection) -> None:
+    import os
+
+    off = hub_kernels_off(t.device_type)
+    if off is None:
         return
-    os.environ[env] = fact["switch"]["off"]
-    t.on_restore(lambda: os.environ.pop(env, None))
+    var, value, why = off
+    os.environ[var] = value
+    t.on_restore(lambda: os.environ.pop(var, None))
     from hal.util.import_hooks import after_import
-    t.on_restore(after_import("kernels", lambda _m: t.log.redirected(
-        "Hugging Face hub kernels", f"off ({env}={fact['switch']['off']}): the kernels library has none for "
-        f"{t.device_type} ({fact['checked']}: {', '.join(fact['device_types'])}); set {env}=YES to try them")))
+    t.on_restore(after_import("kernels", lambda _m: t.log.redirected("Hugging Face hub kernels",
+                                                                     f"off ({var}={value}): {why}")))
 
 
 def install(t: Redirection) -> None:

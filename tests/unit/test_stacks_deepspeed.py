@@ -61,3 +61,12 @@ def test_install_after_deepspeed_was_imported_says_how_to_fix_it(tmp_path):
     assert p.returncode == 0, p.stderr[-2000:]
     assert "HalError" in p.stdout and "before importing deepspeed" in p.stdout and "hal run" in p.stdout, p.stdout
 
+
+
+def test_hugging_face_hub_kernels_are_off_only_where_they_have_none_for_the_device():
+    from hal.redirect._stacks import hub_kernels_off
+    var, value, why = hub_kernels_off("emu", env={}, installed=True)
+    assert (var, value) == ("USE_HUB_KERNELS", "NO") and "emu" in why and "USE_HUB_KERNELS=YES" in why
+    assert hub_kernels_off("npu", env={}, installed=True) is None  # the library has kernels for it
+    assert hub_kernels_off("emu", env={"USE_HUB_KERNELS": "YES"}, installed=True) is None  # the user's word
+    assert hub_kernels_off("emu", env={}, installed=False) is None
