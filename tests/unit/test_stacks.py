@@ -1,5 +1,6 @@
-"""hal.stacks.deepspeed without running DeepSpeed: which accelerator each backend gets, the facts that name
-DeepSpeed's own ones, and what install() does when DeepSpeed was imported first.  (DeepSpeed running:
+"""The seams of other stacks without running them: which DeepSpeed accelerator each backend gets, the facts that name
+DeepSpeed's own ones, what install() does when DeepSpeed was imported first, and where Hugging Face's hub
+kernels are switched off.  (DeepSpeed running:
 tests/llmstack/test_deepspeed.py; the accelerator's contract: the conformance kit's deepspeed check.)"""
 import ast
 import importlib.util
