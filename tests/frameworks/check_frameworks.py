@@ -169,26 +169,27 @@ def check_entry(entry, mode, do_compare=False, rtol=RTOL, timeout=300, scripts=S
     return result
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def cli(argv, description, table, problems, check, timeout=300.0, rtol=RTOL, cuda_help="on a GPU, make gpu-check"):
+    """The command line both corpus checkers share: run the named entries of ``table`` (name -> entry; all by
+    default) in the chosen mode with ``check(entry, mode, do_compare, rtol, timeout)``, print a line each (or
+    JSON) with ``problems()`` (the manifests' own), and return the exit status."""
+    ap = argparse.ArgumentParser(description=description)
     ap.add_argument("names", nargs="*", help="entries to run (default: all)")
     ap.add_argument("--hal", metavar="BACKEND", choices=["cpu", "emu", "cuda"],
-                    help="run through `hal run` on BACKEND (cuda: on a GPU, make gpu-check)")
+                    help=f"run through `hal run` on BACKEND (cuda: {cuda_help}; default: plain)")
     ap.add_argument("--compare", action="store_true", help="also run the references of the entry's compare")
-    ap.add_argument("--rtol", type=float, default=RTOL)
-    ap.add_argument("--timeout", type=float, default=300.0)
+    ap.add_argument("--rtol", type=float, default=rtol)
+    ap.add_argument("--timeout", type=float, default=timeout)
     ap.add_argument("--json", action="store_true", help="print the results as JSON")
     args = ap.parse_args(argv)
-    manifest = load_manifest()
-    problems = validate_manifest(manifest)
-    entries = [e for e in manifest["scripts"] if not args.names or corpus.entry_name(e) in args.names]
-    unknown = set(args.names) - {corpus.entry_name(e) for e in entries}
+    unknown = set(args.names) - set(table)
     if unknown:
         ap.error(f"not in the manifest: {', '.join(sorted(unknown))}")
     mode = args.hal or "plain"
     results = []
-    for e in entries:
-        name = corpus.entry_name(e)
+    for name, e in table.items():
+        if args.names and name not in args.names:
+            continue
         skip = missing_requirement(e) or (None if mode != "plain" or e["plain"] else "does not run plain")
         if skip:
             results.append({"name": name, "mode": mode, "skipped": skip if " " in skip else f"needs {skip}",
@@ -196,24 +197,32 @@ def main(argv=None):
             if not args.json:
                 print(f"skip {name:<28} {results[-1]['skipped']}", flush=True)
             continue
-        r = check_entry(e, mode, args.compare, args.rtol, args.timeout)
+        r = check(e, mode, args.compare, args.rtol, args.timeout)
         results.append(r)
         if not args.json:
-            print(f"{'ok' if r['ok'] else 'FAIL':4} {name:<28} {r['run']['seconds']:6.2f}s "
+            print(f"{'ok' if r['ok'] else 'FAIL':4} {name:<28} {r['run']['seconds']:7.2f}s "
                   f"{corpus.short(r['run']['losses'])}", flush=True)
             for p in r["problems"]:
                 print(f"     ! {p}", flush=True)
+    found = problems()
     passed = sum(r["ok"] and "skipped" not in r for r in results)
     ran = sum("skipped" not in r for r in results)
     if args.json:
-        json.dump({"manifest_problems": problems, "mode": mode, "results": results, "passed": passed,
+        json.dump({"manifest_problems": found, "mode": mode, "results": results, "passed": passed,
                    "ran": ran}, sys.stdout, indent=1)
         print()
     else:
-        for p in problems:
+        for p in found:
             print(f"manifest: {p}")
-        print(f"{passed}/{ran} entries passed ({mode})" + (f"; {len(problems)} manifest problem(s)" if problems else ""))
-    return 0 if passed == ran and not problems else 1
+        print(f"{passed}/{ran} entries passed ({mode})" + (f"; {len(found)} manifest problem(s)" if found else ""))
+    return 0 if passed == ran and not found else 1
+
+
+def main(argv=None):
+    manifest = load_manifest()
+    table = {corpus.entry_name(e): e for e in manifest["scripts"]}
+    return cli(argv, __doc__.split("\n")[0], table, lambda: validate_manifest(manifest),
+               lambda e, mode, do_compare, rtol, timeout: check_entry(e, mode, do_compare, rtol, timeout))
 
 
 if __name__ == "__main__":

@@ -26,10 +26,8 @@ failure naming the piece (tests turn it into a strict xfail).  The run/compare m
 tests/frameworks/check_frameworks.py's (itself tests/corpus/check_plain_cpu.py's); ``make llmstack``
 runs the whole matrix under pytest (tests/llmstack/test_*.py).
 """
-import argparse
 import glob
 import importlib
-import json
 import os
 import sys
 
@@ -153,46 +151,9 @@ def check_entry(entry, mode, do_compare=False, rtol=RTOL, timeout=900):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("names", nargs="*", help="entries to run (default: all)")
-    ap.add_argument("--hal", metavar="BACKEND", choices=["cpu", "emu", "cuda"],
-                    help="run through `hal run` on BACKEND (default: plain, where the stack runs on a CPU)")
-    ap.add_argument("--compare", action="store_true", help="also run the references the entry's compare names")
-    ap.add_argument("--timeout", type=float, default=900.0)
-    ap.add_argument("--json", action="store_true")
-    args = ap.parse_args(argv)
-    table = entries()
-    unknown = set(args.names) - set(table)
-    if unknown:
-        ap.error(f"not in the manifests: {', '.join(sorted(unknown))}")
-    mode = args.hal or "plain"
-    results = []
-    for name, e in table.items():
-        if args.names and name not in args.names:
-            continue
-        skip = missing_requirement(e) or (None if mode != "plain" or e["plain"] else "does not run plain")
-        if skip:
-            results.append({"name": name, "mode": mode, "skipped": skip, "ok": True, "problems": []})
-            continue
-        r = check_entry(e, mode, args.compare, timeout=args.timeout)
-        results.append(r)
-        if not args.json:
-            print(f"{'ok' if r['ok'] else 'FAIL':4} {name:<28} {r['run']['seconds']:7.2f}s "
-                  f"{corpus.short(r['run']['losses'])}", flush=True)
-            for p in r["problems"]:
-                print(f"     ! {p}", flush=True)
-    problems = validate()
-    passed = sum(r["ok"] and "skipped" not in r for r in results)
-    ran = sum("skipped" not in r for r in results)
-    if args.json:
-        json.dump({"manifest_problems": problems, "mode": mode, "results": results, "passed": passed, "ran": ran},
-                  sys.stdout, indent=1)
-        print()
-    else:
-        for p in problems:
-            print(f"manifest: {p}")
-        print(f"{passed}/{ran} entries passed ({mode})")
-    return 0 if passed == ran and not problems else 1
+    return fw.cli(argv, __doc__.split("\n")[0], entries(), validate,
+                  lambda e, mode, do_compare, rtol, timeout: check_entry(e, mode, do_compare, rtol, timeout),
+                  timeout=900.0, cuda_help="on a GPU, scripts/gpu_check.d/llmstack.sh")
 
 
 if __name__ == "__main__":
