@@ -9,7 +9,6 @@ ranks (and of a run resumed from its DCP checkpoint), on cpu and on emu, must eq
 ``rtol``.  Runs a missing piece of hal still fails are strict xfails naming the piece (manifest
 ``blocked_by``).  The whole matrix is ``make llmstack``; ``make test`` runs CI_SUBSET.
 """
-import os
 
 import pytest
 
