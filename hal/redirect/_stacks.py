@@ -11,10 +11,15 @@ from hal.redirect._core import Redirection
 def _install_deepspeed(t: Redirection) -> None:
     if importlib.util.find_spec("deepspeed") is None:
         return
+    from hal._errors import HalError
     from hal.stacks import deepspeed
     from hal.util.import_hooks import after_import
 
-    choice = deepspeed.install(t.backend)
+    try:
+        choice = deepspeed.install(t.backend)
+    except HalError as exc:  # DeepSpeed imported before the redirection began (hal.redirect.enable() in a
+        t.log.not_redirected("DeepSpeed accelerator", str(exc))  # process that had imported it): it keeps its own
+        return
     t.on_restore(deepspeed.uninstall)
     # recorded at the user's line that imports DeepSpeed
     t.on_restore(after_import(deepspeed.SEAM, lambda _m: t.log.redirected("DeepSpeed accelerator", choice.describe())))

@@ -71,3 +71,19 @@ def test_hugging_face_hub_kernels_are_off_only_where_they_have_none_for_the_devi
     assert hub_kernels_off("npu", env={}, installed=True) is None  # the library has kernels for it
     assert hub_kernels_off("emu", env={"USE_HUB_KERNELS": "YES"}, installed=True) is None  # the user's word
     assert hub_kernels_off("emu", env={}, installed=False) is None
+
+
+@needs_deepspeed
+@pytest.mark.emu
+def test_a_redirection_begun_after_deepspeed_was_imported_still_starts_and_says_why():
+    """hal.redirect.enable() in a process that imported DeepSpeed first (a notebook, a test session): the
+    redirection works and reports that DeepSpeed keeps the accelerator it already bound."""
+    code = ("import deepspeed, torch, hal\n"
+            "with hal.redirect.enable() as t:\n"
+            "    x = torch.ones(2, device='cuda')\n"
+            "rows = [r['detail'] for r in t.log.rows('not_redirected') if r['call'] == 'DeepSpeed accelerator']\n"
+            "print('RESULT', x.device.type, 'before importing deepspeed' in rows[0])\n")
+    p = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, HAL_BACKEND="emu"), capture_output=True,
+                       text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "RESULT emu True" in p.stdout, p.stdout
