@@ -85,30 +85,27 @@ def test_dropout_draws_its_mask_in_the_inputs_memory_order_on_emu(emu):
 
 
 @pytest.mark.emu
-def test_module_to_a_privateuse1_device_unties_shared_parameters(emu):
+def test_module_to_the_emulator_keeps_parameter_objects_and_ties_as_on_cuda(emu):
     """torch's Module._apply keeps a Parameter object (``param.data = ...``) only where
-    ``_has_compatible_shallow_copy_type`` holds, whose dense backends list no PrivateUse1: on emu
-    (and every vendor device on PrivateUse1) ``.to()`` gives each module a new Parameter, so tied
-    weights come apart and an optimizer built before ``.to()`` holds the old CPU tensors — both
-    work on CUDA.  The zoo's LSTM LM re-ties in ``_apply``; torch's swap mode keeps the objects."""
+    ``_has_compatible_shallow_copy_type`` holds; torch lists only its in-tree dense backends, and a vendor
+    declares its device (torch_npu registers the op for PrivateUse1), as the emulator now does: ``.to()``
+    keeps tied weights tied, and an optimizer built before ``.to()`` holds the moved parameters, as on CUDA.
+    Without it each module got a new Parameter (DeepSpeed's name maps, keyed by the old ones, then failed)."""
     def tied():
         m = torch.nn.Sequential(torch.nn.Embedding(5, 4), torch.nn.Linear(4, 5))
         m[1].weight = m[0].weight
         return m
-    assert not torch._has_compatible_shallow_copy_type(torch.zeros(1), torch.zeros(1, device=emu))
-    m = tied().to(emu)
-    assert m[1].weight is not m[0].weight
+    assert torch._has_compatible_shallow_copy_type(torch.zeros(1), torch.zeros(1, device=emu))
+    m = tied()
+    before = m[0].weight
+    opt = torch.optim.SGD(m.parameters(), lr=1.0)
+    m.to(emu)
+    assert m[1].weight is m[0].weight is before and before.device.type == "emu"
+    m(torch.tensor([1])).sum().backward()
+    opt.step()  # the optimizer built before .to() trains the moved parameter
+    assert before.grad is not None and before.device.type == "emu"
     lm = lstm_lm().model.to(emu)
     assert lm.decoder.weight is lm.embed.weight
-    swap = torch.__future__.get_swap_module_params_on_conversion()
-    torch.__future__.set_swap_module_params_on_conversion(True)
-    try:
-        m = tied()
-        before = m[0].weight
-        m.to(emu)
-        assert m[1].weight is m[0].weight is before and before.device.type == "emu"
-    finally:
-        torch.__future__.set_swap_module_params_on_conversion(swap)
 
 
 # --- NMS and RoIAlign against plain references ---------------------------------------------------
