@@ -101,7 +101,7 @@ def test_module_to_the_emulator_keeps_parameter_objects_and_ties_as_on_cuda(emu)
     opt = torch.optim.SGD(m.parameters(), lr=1.0)
     m.to(emu)
     assert m[1].weight is m[0].weight is before and before.device.type == "emu"
-    m(torch.tensor([1])).sum().backward()
+    m(torch.tensor([1], device=emu)).sum().backward()
     opt.step()  # the optimizer built before .to() trains the moved parameter
     assert before.grad is not None and before.device.type == "emu"
     lm = lstm_lm().model.to(emu)
