@@ -25,30 +25,11 @@ def _install_deepspeed(t: Redirection) -> None:
     t.on_restore(after_import(deepspeed.SEAM, lambda _m: t.log.redirected("DeepSpeed accelerator", choice.describe())))
 
 
-def hub_kernels_off(device_type: str, env=None, installed=None):
-    """``(variable, value, why)`` that switches Hugging Face's hub kernels off for a run on ``device_type``,
-    or None where they stay as they are: the ``kernels`` library (applied by ``from_pretrained`` in
-    transformers >= 5.25 unless ``USE_HUB_KERNELS`` says no) is installed, has none for the device type and
-    refuses the model then (``Unsupported device type 'emu'``), and the user has not set the variable.
-    Facts: hal/data/hub_kernels.json."""
-    import json
-    import os
-    from importlib import resources
-
-    fact = json.loads(resources.files("hal").joinpath("data/hub_kernels.json").read_text())
-    var, off = fact["switch"]["env"], fact["switch"]["off"]
-    env = os.environ if env is None else env
-    installed = importlib.util.find_spec("kernels") is not None if installed is None else installed
-    if not installed or var in env or device_type in fact["device_types"]:
-        return None
-    return var, off, (f"the kernels library has none for {device_type} ({fact['checked']}: "
-                      f"{', '.join(fact['device_types'])}); set {var}=YES to try them")
-
-
 def _install_hub_kernels(t: Redirection) -> None:
     import os
 
-    off = hub_kernels_off(t.device_type)
+    from hal.stacks.hub_kernels import switch_off
+    off = switch_off(t.device_type)
     if off is None:
         return
     var, value, why = off

@@ -2,9 +2,11 @@
 
 Where a stack a user runs has a sanctioned way to add a device, hal fills it rather than patching
 the stack: :mod:`hal.stacks.deepspeed` (DeepSpeed's accelerator, installed with
-``deepspeed.accelerator.set_accelerator`` before DeepSpeed binds its op builders).  ``hal run``
-installs them; a script without ``hal run`` calls their ``install()`` (docs/redirect.md, "LLM
-training stacks").
+``deepspeed.accelerator.set_accelerator`` before DeepSpeed binds its op builders).  Where none exists,
+the library's own switch, from facts: :mod:`hal.stacks.hub_kernels` (Hugging Face's hub kernels off on
+devices they have none for) and :func:`cuda_graph_switches` (named when a backend has no CUDA graphs).
+``hal run`` installs them; a script without ``hal run`` calls ``hal.stacks.deepspeed.install()``
+(docs/redirect.md, "LLM training stacks").
 """
 from __future__ import annotations
 

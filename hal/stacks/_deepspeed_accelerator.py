@@ -6,7 +6,6 @@ derives from it); :mod:`hal.stacks.deepspeed` decides when.  Checked against Dee
 from __future__ import annotations
 
 import contextlib
-import os
 
 import torch
 from deepspeed.accelerator.abstract_accelerator import DeepSpeedAccelerator
@@ -311,7 +310,3 @@ class HalAccelerator(DeepSpeedAccelerator):
             raise ValueError(f"{backend!r} is not a torch.compile backend on {self._name}; known: {known}")
         self._compile_backend = backend
 
-
-def environ_accelerator() -> str:
-    """``DS_ACCELERATOR`` as the user set it ('' when unset)."""
-    return os.environ.get("DS_ACCELERATOR", "").strip()

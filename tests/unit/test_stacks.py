@@ -65,7 +65,7 @@ def test_install_after_deepspeed_was_imported_says_how_to_fix_it(tmp_path):
 
 
 def test_hugging_face_hub_kernels_are_off_only_where_they_have_none_for_the_device():
-    from hal.redirect._stacks import hub_kernels_off
+    from hal.stacks.hub_kernels import switch_off as hub_kernels_off
     var, value, why = hub_kernels_off("emu", env={}, installed=True)
     assert (var, value) == ("USE_HUB_KERNELS", "NO") and "emu" in why and "USE_HUB_KERNELS=YES" in why
     assert hub_kernels_off("npu", env={}, installed=True) is None  # the library has kernels for it
