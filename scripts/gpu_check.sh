@@ -23,7 +23,7 @@ log="$dest/gpu-check-$day.log"
   echo "(backend tests exit code $?)"
   # each section has its own time limit, most important first, so one slow part cannot
   # eat the whole device lease; a section's exit code is printed, not acted on
-  for section in ops:70 dist:70 emu_redirect_conformance:90 corpus:150 cuda_namespace:40 device_types_amp:40 frameworks:180 llmstack:150 checkpoint:60 parallel:90 fault_tolerance:60 op_coverage_rewrite:40; do
+  for section in ops:70 dist:70 emu_redirect_conformance:90 corpus:150 cuda_namespace:40 device_types_amp:40 frameworks:180 llmstack:240 checkpoint:60 parallel:90 fault_tolerance:60 op_coverage_rewrite:40; do
     name=${section%%:*}; limit=${section##*:}
     echo "## scripts/gpu_check.d/$name.sh (limit ${limit}s)"
     PYTHONUNBUFFERED=1 timeout "$limit" bash "scripts/gpu_check.d/$name.sh"

@@ -11,6 +11,7 @@ CUDA-graph refusal naming torchtitan's switch, torch's FlexAttention without a C
 its device list -- 0.3's llama3 has no SDPA attention); 1 on any other failure.
 
     python scripts/titan03_recipes.py [--json]
+    python scripts/titan03_recipes.py --backends cuda --recipes titan_single    # on a GPU (make gpu-check)
 """
 import argparse
 import json
@@ -59,14 +60,21 @@ def command(name, assets, graphs):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--backends", default="cpu,emu", help="comma-separated hal backends (default: cpu,emu)")
+    ap.add_argument("--recipes", default=",".join(RECIPES), help=f"comma-separated, of {', '.join(RECIPES)}")
     args = ap.parse_args(argv)
+    recipes = args.recipes.split(",")
+    unknown = [n for n in recipes if n not in RECIPES]
+    if unknown:
+        ap.error(f"unknown recipe {unknown[0]!r}: choose from {', '.join(RECIPES)}")
     import torch
     import torchtitan
     rows = []
     with tempfile.TemporaryDirectory(prefix="titan03_") as assets:
         titan_assets.make_data(assets)
-        runs = [(n, b, g) for b in ("cpu", "emu") for n in RECIPES for g in ((True, False) if n == "titan_single"
-                                                                             else (False,))]
+        # the one-process recipe with CUDA graphs on (0.3's default) and off, the others off
+        runs = [(n, b, g) for b in args.backends.split(",") for n in recipes
+                for g in ((True, False) if n == "titan_single" else (False,))]
         for name, backend, graphs in runs:
             env = dict(os.environ, HAL_BACKEND=backend, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
             rc, secs, _, out, err = corpus.run_once(command(name, assets, graphs), 900, env=env)
