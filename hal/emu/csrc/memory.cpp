@@ -44,27 +44,20 @@ void decrease(Stat& s, int64_t amount) {
 }
 
 // a zero-byte allocation owns no memory and is not counted, as on CUDA
-void count_alloc(c10::DeviceIndex index, int64_t nbytes) {
+void count(c10::DeviceIndex index, int64_t nbytes, void (*change)(Stat&, int64_t)) {
   if (nbytes == 0) return;
   auto& c = g_counters[index];
   Pool pool = nbytes <= kSmallSize ? kSmallPool : kLargePool;
   std::lock_guard<std::mutex> lock(c.mutex);
   for (Pool p : {kAllPools, pool}) {
-    increase(c.stats.blocks[p], 1);
-    increase(c.stats.bytes[p], nbytes);
+    change(c.stats.blocks[p], 1);
+    change(c.stats.bytes[p], nbytes);
   }
 }
 
-void count_free(c10::DeviceIndex index, int64_t nbytes) {
-  if (nbytes == 0) return;
-  auto& c = g_counters[index];
-  Pool pool = nbytes <= kSmallSize ? kSmallPool : kLargePool;
-  std::lock_guard<std::mutex> lock(c.mutex);
-  for (Pool p : {kAllPools, pool}) {
-    decrease(c.stats.blocks[p], 1);
-    decrease(c.stats.bytes[p], nbytes);
-  }
-}
+void count_alloc(c10::DeviceIndex index, int64_t nbytes) { count(index, nbytes, increase); }
+
+void count_free(c10::DeviceIndex index, int64_t nbytes) { count(index, nbytes, decrease); }
 
 void count_oom(c10::DeviceIndex index) {
   auto& c = g_counters[index];
