@@ -56,7 +56,8 @@ reshard:
 chaos:
 	$(PY) scripts/chaos.py --seeds 2 --json chaos.json
 # tests kept out of make test for its 20-minute budget (a second OpInfo route, emu's OpInfo gradients, fault
-# repeats, a trace timeout, the local doctor end to end, four corpus scripts through hal run on cpu; about 4 minutes)
+# repeats, a trace timeout, the local doctor end to end, the corpus through hal run on cpu where its path is
+# emu's without the device, and the corpus's plain runs nothing is compared with; about 8 minutes)
 long:
 	$(PY) -m pytest -q -m long
 # multi-node acceptance on simulated nodes (network namespaces, needs root; skips elsewhere): hal doctor and

@@ -10,8 +10,11 @@ Each script of ``manifest.json`` runs three ways, each in a fresh process:
 Both ``hal run`` forms must finish with exit 0 and print their losses; for the scripts the
 manifest marks deterministic (no random numbers drawn on the device), the losses must equal
 the plain CPU run's.  DDP scripts run at 2 ranks (torchrun, ``hal run --nproc-per-node 2``).
+``make test`` runs a part of this matrix and ``make long`` the rest (CPU_IN_MAKE_TEST below).
 """
+import concurrent.futures
 import os
+import sys
 
 import pytest
 
@@ -37,16 +40,29 @@ def _env(backend=None):
     return env
 
 
-_plain_cache = {}
+def _run_plain(name):
+    entry = ENTRIES[name]
+    rc, _, _, out, err = corpus.run_once(corpus.command_for(entry), TIMEOUT_S, env=_env())
+    return rc, corpus.extract_losses(entry["loss_regex"], out), corpus.first_error_line(err, out)
 
 
-def _plain(name):
-    if name not in _plain_cache:
-        entry = ENTRIES[name]
-        rc, _, _, out, err = corpus.run_once(corpus.command_for(entry), TIMEOUT_S, env=_env())
-        _plain_cache[name] = (rc, corpus.extract_losses(entry["loss_regex"], out),
-                              corpus.first_error_line(err, out))
-    return _plain_cache[name]
+@pytest.fixture(scope="module")
+def plain(request):
+    """``plain(name)``: the plain CPU run of a script, ``(rc, losses, error line)``.  Every plain run the
+    selected tests need starts at once, in order, in one background thread: each is a process on one
+    thread (OMP_NUM_THREADS=1), so on two cores it runs beside the hal run a test waits on."""
+    needed = []
+    for item in request.session.items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        name = params.get("name")
+        if (getattr(item, "module", None) is sys.modules[__name__] and name in ENTRIES and name not in needed
+                and ("backend" not in params or ENTRIES[name]["deterministic"])):
+            needed.append(name)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="plain-corpus") as pool:
+        runs = {name: pool.submit(_run_plain, name) for name in needed}
+        yield lambda name: (runs.get(name) or runs.setdefault(name, pool.submit(_run_plain, name))).result()
+        for run in runs.values():
+            run.cancel()
 
 
 def test_manifest_is_consistent():
@@ -66,31 +82,38 @@ def test_the_error_line_is_the_exception_a_rank_raised():
     assert corpus.first_error_line("Traceback\nValueError: bad shape\n") == "ValueError: bad shape"
 
 
-@pytest.mark.parametrize("name", sorted(ENTRIES))
-def test_script_runs_with_plain_torch_on_the_cpu(name):
-    rc, losses, error = _plain(name)
-    assert rc == 0, error
-    assert losses, f"no loss matched {ENTRIES[name]['loss_regex']!r}"
-
-
-#: the slowest multi-process scripts run through hal run on cpu in ``make long`` only (the
-#: default run keeps them on emu, and runs them with plain torch on the cpu): the time limit
-LONG_ON_CPU = {"mnist_hogwild", "ddp_torchrun_basic", "ddp_trainer_snapshot", "hogwild_spawn"}
-HAL_RUN_CASES = [pytest.param(n, b, id=f"{n}-{b}",
-                              marks=[pytest.mark.emu] if b == "emu" else [pytest.mark.long] if n in LONG_ON_CPU else [])
+#: ``make test`` runs every script through hal run on emu (the redirection and a device) and plainly where
+#: that run is the reference (the deterministic scripts); ``make long`` adds the rest, for the 20-minute
+#: budget: hal run on cpu of the scripts whose cpu path is emu's without the device (the same redirections,
+#: the same CPU kernels), the four slowest multi-process scripts on cpu, and the plain runs nothing is
+#: compared with.  On cpu in ``make test``: the scripts that take another path there (autocast's cpu
+#: policy, compile with inductor, no allocator statistics, torch.accelerator without a device, streams).
+CPU_IN_MAKE_TEST = {"amp_cuda_amp", "timm_amp_train", "nanogpt_fused_adamw", "compile_mlp", "cuda_timing_memory",
+                    "accelerator_mlp", "data_prefetcher"}
+PLAIN_CASES = [pytest.param(n, marks=[] if ENTRIES[n]["deterministic"] else [pytest.mark.long])
+               for n in sorted(ENTRIES)]
+HAL_RUN_CASES = [pytest.param(n, b, id=f"{n}-{b}", marks=[pytest.mark.emu] if b == "emu"
+                              else [] if n in CPU_IN_MAKE_TEST else [pytest.mark.long])
                  for n in sorted(ENTRIES) for b in ("cpu", "emu")]
 
 
 @pytest.mark.parametrize("name,backend", HAL_RUN_CASES)
-def test_script_runs_unmodified_through_hal_run(name, backend):
+def test_script_runs_unmodified_through_hal_run(name, backend, plain):
     entry = ENTRIES[name]
     rc, _, _, out, err = corpus.run_once(corpus.command_for(entry, hal=backend), TIMEOUT_S, env=_env(backend))
     assert rc == 0, f"{corpus.first_error_line(err, out)}\n{err[-3000:]}"
     losses = corpus.extract_losses(entry["loss_regex"], out)
     assert losses, f"no loss matched {entry['loss_regex']!r}\n{out[-2000:]}"
     if entry["deterministic"]:
-        plain_rc, plain_losses, plain_error = _plain(name)
+        plain_rc, plain_losses, plain_error = plain(name)
         assert plain_rc == 0, plain_error
         diff = corpus.max_rel_diff(plain_losses, losses)
         assert diff <= RTOL, (f"losses differ from plain torch on the CPU (max relative difference {diff:.3g}):\n"
                               f"plain: {corpus.short(plain_losses)}\nhal:   {corpus.short(losses)}")
+
+
+@pytest.mark.parametrize("name", PLAIN_CASES)
+def test_script_runs_with_plain_torch_on_the_cpu(name, plain):
+    rc, losses, error = plain(name)
+    assert rc == 0, error
+    assert losses, f"no loss matched {ENTRIES[name]['loss_regex']!r}"
