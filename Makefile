@@ -57,7 +57,8 @@ chaos:
 	$(PY) scripts/chaos.py --seeds 2 --json chaos.json
 # tests kept out of make test for its 20-minute budget (a second OpInfo route, emu's OpInfo gradients, fault
 # repeats, a trace timeout, the local doctor end to end, the corpus through hal run on cpu where its path is
-# emu's without the device, and the corpus's plain runs nothing is compared with; about 8 minutes)
+# emu's without the device, the corpus's plain runs nothing is compared with, three of the six vendor coverages
+# the fallback zoo trains with; about 8 minutes)
 long:
 	$(PY) -m pytest -q -m long
 # multi-node acceptance on simulated nodes (network namespaces, needs root; skips elsewhere): hal doctor and

@@ -26,6 +26,8 @@ REL = 1e-5
 #: vendors whose coverage the zoo runs with: cpu_fallback (ascend, mlu, gcu), error (musa),
 #: error unless an env var (xpu, mps)
 VENDORS = ["ascend-2.13", "mlu-2.4", "gcu-2.10", "musa-2.7", "xpu-2.13", "mps-2.13"]
+#: one vendor of each behaviour in make test, the others in make long (the 20-minute budget)
+IN_MAKE_TEST = {"ascend-2.13", "musa-2.7", "xpu-2.13"}
 
 
 def child(*args, **env):
@@ -86,7 +88,8 @@ def test_a_kernel_the_vendor_registered_is_never_overridden_and_off_switch():
     assert out["off"]["active"] is False and out["off"]["reason"] == "HAL_FALLBACK=0" and out["off"]["installed"] == []
 
 
-@pytest.mark.parametrize("vendor", VENDORS)
+@pytest.mark.parametrize("vendor", [pytest.param(v, marks=[] if v in IN_MAKE_TEST else [pytest.mark.long])
+                                    for v in VENDORS])
 def test_zoo_trains_with_a_vendors_coverage_plus_hal_fallback_and_matches_the_cpu(vendor):
     out = child("zoo", "--fallback", HAL_EMU_OPS=vendor)
     assert out["install"]["active"], out["install"]
