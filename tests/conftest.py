@@ -72,6 +72,21 @@ def clean_registry(monkeypatch):
     hal.reset_registry()
 
 
+#: what a launcher (torchrun, hal run --nproc-per-node) sets for a rank
+LAUNCH_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "HAL_DIST_TIMEOUT",
+               "TORCHELASTIC_USE_AGENT_STORE")
+
+
+@pytest.fixture
+def no_launcher(monkeypatch):
+    """No launcher's variables in the environment (hal.dist.init makes a one-rank job), and hal.dist torn
+    down after the test; yields ``monkeypatch``."""
+    for k in LAUNCH_VARS:
+        monkeypatch.delenv(k, raising=False)
+    yield monkeypatch
+    hal.dist.destroy()
+
+
 @pytest.fixture
 def emu_selected(monkeypatch):
     """The emulator as hal's selected backend (HAL_BACKEND=emu) for the duration of the test, so that

@@ -5,15 +5,9 @@ import torch
 import hal
 from hal.dist.bench import BenchConfig, run
 
-LAUNCH_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "HAL_DIST_TIMEOUT")
-
-
 @pytest.fixture
-def one_rank(hal_backend, monkeypatch):
-    for k in LAUNCH_VARS:
-        monkeypatch.delenv(k, raising=False)
-    yield hal_backend
-    hal.dist.destroy()
+def one_rank(hal_backend, no_launcher):
+    return hal_backend
 
 
 def test_init_binds_the_device_and_all_reduce_runs_on_it(one_rank):

@@ -9,18 +9,13 @@ from hal.dist import DistError, RendezvousError
 from hal.dist.launch import free_port
 from hal.plugin.spec import BackendSpec
 
-LAUNCH_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "HAL_DIST_TIMEOUT",
-               "TORCHELASTIC_USE_AGENT_STORE")
-
 
 @pytest.fixture
-def no_launcher(monkeypatch, clean_registry):
-    for k in LAUNCH_VARS:
-        monkeypatch.delenv(k, raising=False)
-    monkeypatch.setenv("HAL_BACKEND", "cpu")
+def no_launcher(clean_registry, no_launcher):
+    """tests/conftest.py's no_launcher on a fresh registry with HAL_BACKEND=cpu."""
+    no_launcher.setenv("HAL_BACKEND", "cpu")
     hal.reset_registry()
-    yield monkeypatch
-    hal.dist.destroy()
+    return no_launcher
 
 
 def _fake(name, device_type, ccl, module=None):

@@ -12,20 +12,16 @@ import torch.distributed as dist
 import hal
 from hal.dist import DistError, premul_sum
 
-LAUNCH_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_USE_AGENT_STORE")
 R = dist.ReduceOp
 
 
 @pytest.fixture
-def one_rank(monkeypatch, clean_registry):
-    for k in LAUNCH_VARS:
-        monkeypatch.delenv(k, raising=False)
-    monkeypatch.setenv("HAL_BACKEND", "cpu")
+def one_rank(clean_registry, no_launcher):
+    no_launcher.setenv("HAL_BACKEND", "cpu")
     hal.reset_registry()
     torch_all_reduce = dist.all_reduce
     hal.dist.init(timeout=10)
-    yield torch_all_reduce
-    hal.dist.destroy()
+    return torch_all_reduce
 
 
 @pytest.mark.parametrize("factor", [0.5, torch.tensor(0.25), torch.tensor(0.5, dtype=torch.float64)],
