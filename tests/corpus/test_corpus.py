@@ -46,21 +46,35 @@ def _run_plain(name):
     return rc, corpus.extract_losses(entry["loss_regex"], out), corpus.first_error_line(err, out)
 
 
+def _one_process(name):
+    """A script that runs as one process on one thread (no torchrun, no mp.spawn)."""
+    entry = ENTRIES[name]
+    return not entry.get("nproc_per_node") and "mp-spawn" not in entry["idioms"]
+
+
 @pytest.fixture(scope="module")
 def plain(request):
-    """``plain(name)``: the plain CPU run of a script, ``(rc, losses, error line)``.  Every plain run the
-    selected tests need starts at once, in order, in one background thread: each is a process on one
-    thread (OMP_NUM_THREADS=1), so on two cores it runs beside the hal run a test waits on."""
+    """``plain(name)``: the plain CPU run of a script, ``(rc, losses, error line)``.  The one-process
+    plain runs the selected tests need start at once, in order, in one background thread: each is one
+    process on one thread (OMP_NUM_THREADS=1), so on two cores it runs beside the hal run a test waits
+    on.  A multi-process script's plain run starts when a test asks for it, alone."""
     needed = []
     for item in request.session.items:
         params = getattr(getattr(item, "callspec", None), "params", {})
         name = params.get("name")
         if (getattr(item, "module", None) is sys.modules[__name__] and name in ENTRIES and name not in needed
-                and ("backend" not in params or ENTRIES[name]["deterministic"])):
+                and _one_process(name) and ("backend" not in params or ENTRIES[name]["deterministic"])):
             needed.append(name)
+    done = {}
+
+    def get(name):
+        if name not in done:
+            done[name] = runs[name].result() if name in runs else _run_plain(name)
+        return done[name]
+
     with concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="plain-corpus") as pool:
         runs = {name: pool.submit(_run_plain, name) for name in needed}
-        yield lambda name: (runs.get(name) or runs.setdefault(name, pool.submit(_run_plain, name))).result()
+        yield get
         for run in runs.values():
             run.cancel()
 
