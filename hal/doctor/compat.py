@@ -8,13 +8,12 @@ runtime's minimum) is a FAIL.
 """
 from __future__ import annotations
 
-import json
 import re
 from functools import lru_cache
-from importlib import resources
 from typing import Dict, List, Optional, Tuple
 
 from hal.plugin.facts import FACTS_FILE, backend_facts, backend_folders
+from hal.util.data import data_json
 
 
 SHARED = "hal/data/compat.json"
@@ -24,8 +23,7 @@ SHARED = "hal/data/compat.json"
 def matrices() -> Dict[str, dict]:
     """``{matrix id: matrix}``: those of ``hal/data/compat.json``, then each built-in backend's; every
     matrix carries ``file``, the file it was read from."""
-    text = resources.files("hal").joinpath("data/compat.json").read_text(encoding="utf-8")
-    found = [(SHARED, m) for m in json.loads(text)["matrices"]]
+    found = [(SHARED, m) for m in data_json("compat.json")["matrices"]]
     for name, folder in backend_folders().items():
         found += [(f"{folder}/{FACTS_FILE}", m) for m in backend_facts(name).get("compat", ())]
     out: Dict[str, dict] = {}

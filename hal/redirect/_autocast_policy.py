@@ -12,12 +12,12 @@ autocast nothing is pushed, so nothing costs anything there.
 from __future__ import annotations
 
 import functools
-import json
-from importlib import resources
 from typing import Dict
 
 import torch
 from torch.overrides import TorchFunctionMode
+
+from hal.util.data import data_json
 
 LOWER, FP32, PROMOTE, NATIVE = "lower_precision", "fp32", "promote", "native"
 _LOW = (torch.float16, torch.bfloat16)
@@ -28,8 +28,7 @@ def cuda_policy() -> Dict[str, str]:
     """Op name (aten name, or the Python name a script calls) -> ``lower_precision`` / ``fp32``
     / ``promote`` (CUDA's autocast lists) or ``native`` (left in the input dtype by CUDA, run in
     float32 by the CPU's autocast), read from the data file."""
-    data = json.loads(resources.files("hal").joinpath("data", "cuda_autocast_policy.json")
-                      .read_text(encoding="utf-8"))
+    data = data_json("cuda_autocast_policy.json")
     policy = {}
     for kind, lists in ((LOWER, ("lower_precision",)), (FP32, ("fp32", "fp32_set_opt_dtype", "fp32_append_dtype")),
                         (PROMOTE, ("promote",)), (NATIVE, ("cpu_fp32_not_cuda",))):

@@ -11,9 +11,9 @@ devices they have none for) and :func:`cuda_graph_switches` (named when a backen
 from __future__ import annotations
 
 import functools
-import json
-from importlib import resources
 from typing import List
+
+from hal.util.data import data_json
 
 
 @functools.lru_cache(maxsize=1)
@@ -21,7 +21,7 @@ def cuda_graph_switches() -> List[dict]:
     """The libraries that capture CUDA graphs on their own once ``torch.cuda.is_available()`` answers
     True, with the switch that makes each run eagerly (``hal/data/cuda_graph_switches.json``: library,
     version read, switch, default, source)."""
-    data = json.loads(resources.files("hal").joinpath("data", "cuda_graph_switches.json").read_text(encoding="utf-8"))
+    data = data_json("cuda_graph_switches.json")
     return data["switches"]
 
 

@@ -3,6 +3,9 @@ device, which ``hal run`` does for the run (facts: hal/data/hub_kernels.json).""
 from __future__ import annotations
 
 import importlib.util
+import os
+
+from hal.util.data import data_json
 
 
 def switch_off(device_type: str, env=None, installed=None):
@@ -11,11 +14,7 @@ def switch_off(device_type: str, env=None, installed=None):
     transformers >= 5.25 unless ``USE_HUB_KERNELS`` says no) is installed, has none for the device type and
     refuses the model then (``Unsupported device type 'emu'``), and the user has not set the variable.
     Facts: hal/data/hub_kernels.json."""
-    import json
-    import os
-    from importlib import resources
-
-    fact = json.loads(resources.files("hal").joinpath("data/hub_kernels.json").read_text())
+    fact = data_json("hub_kernels.json")
     var, off = fact["switch"]["env"], fact["switch"]["off"]
     env = os.environ if env is None else env
     installed = importlib.util.find_spec("kernels") is not None if installed is None else installed
