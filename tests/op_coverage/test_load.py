@@ -139,15 +139,19 @@ def test_deepest_if_nest_protobuf_reads_scans_with_short_paths(tmp_path):
     from oc_models import if_nest_bytes
     p = tmp_path / "deep.onnx"
     p.write_bytes(if_nest_bytes(32))  # the deepest onnx and onnxruntime load
-    # the scan's own peak memory: RUSAGE_CHILDREN of this process would be the largest child of the whole
-    # session (a 2-rank training run of tests/llmstack takes more than the bound)
+    # the scan's own peak memory, its VmHWM at exit: RUSAGE_CHILDREN here is the session's largest child (a
+    # 2-rank training run of tests/llmstack takes more than the bound), and a child's ru_maxrss starts at the
+    # pytest process's (exec keeps the high-water mark of the memory it replaces)
     peak = tmp_path / "peak_kib"
-    watch = ("import resource, runpy, sys; sys.argv = ['op_coverage', *sys.argv[2:]]\n"
-             "try:\n    runpy.run_module('op_coverage', run_name='__main__')\n"
-             "finally:\n    open(sys.argv_peak, 'w').write(str(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss))\n")
-    proc = subprocess.run([sys.executable, "-c", watch.replace("sys.argv_peak", repr(str(peak))), "-",
-                           "scan", str(p), "-t", "ort-cpu", "--no-plugins", "--json"],
-                          capture_output=True, text=True, timeout=300)
+    watch = ("import atexit, os, runpy, sys\n"
+             "def peak():\n"
+             "    hwm = next(line.split()[1] for line in open('/proc/self/status') if line.startswith('VmHWM:'))\n"
+             "    open(os.environ['PEAK_FILE'], 'w').write(hwm)\n"
+             "atexit.register(peak)\n"
+             "sys.argv = ['op_coverage', *sys.argv[1:]]\n"
+             "runpy.run_module('op_coverage', run_name='__main__')\n")
+    proc = subprocess.run([sys.executable, "-c", watch, "scan", str(p), "-t", "ort-cpu", "--no-plugins", "--json"],
+                          capture_output=True, text=True, timeout=300, env=dict(os.environ, PEAK_FILE=str(peak)))
     assert proc.returncode == 0, proc.stderr[-2000:]
     # before: each unnamed If put its generated name (path included) into its body's path, so paths
     # doubled per level and 28 levels took 20 GB
