@@ -23,13 +23,24 @@ import warnings
 from typing import Callable, Dict, Optional
 
 from hal._errors import HalError
+from hal.plugin.registry import generation as registry_generation
 from hal.util.frames import user_stacklevel
 
 PATHS = ("fused", "composition", "host")
 
 
 class KernelUnsupported(HalError):
-    """A kernel cannot take these inputs (dtype, layout, missing library); try the next path."""
+    """A kernel cannot take these inputs (dtype, layout, missing library); try the next path.
+
+    ``per_dtype=True`` says the refusal holds for every call of this dtype (a kernel that
+    does not take float64): the dispatcher then stops offering that dtype to the kernel
+    until the backend's kernel set changes.  Refusals that depend on a call's shapes or
+    arguments leave it False.
+    """
+
+    def __init__(self, message: str = "", *, per_dtype: bool = False):
+        super().__init__(message)
+        self.per_dtype = per_dtype
 
 
 class FallbackWarning(UserWarning):
@@ -40,6 +51,8 @@ _lock = threading.Lock()
 _stats: Dict[str, dict] = {}
 _warned: set = set()
 _kernel_cache: Dict[str, tuple] = {}
+#: (op, device type, dtype) -> (registry generation, fused callable or None, why not fused)
+_plans: Dict[tuple, tuple] = {}
 _forced = threading.local()
 
 
@@ -62,8 +75,9 @@ def reset_stats() -> None:
 
 def _record(op: str, path: str, fallback_reason: Optional[str]) -> None:
     with _lock:
-        s = _stats.setdefault(op, {"fused": 0, "composition": 0, "host": 0, "fallbacks": 0,
-                                   "last_fallback": None})
+        s = _stats.get(op)
+        if s is None:
+            s = _stats[op] = {"fused": 0, "composition": 0, "host": 0, "fallbacks": 0, "last_fallback": None}
         s[path] += 1
         if fallback_reason is None:
             return
@@ -170,33 +184,53 @@ def _fused(op: str, device_type: str):
         return None, str(exc)
 
 
-def run(op: str, device_type: str, args: tuple, composition: Callable, host: Callable):
-    """Run ``op`` on the best available path; see the module docstring for the order."""
-    forced = forced_path()
-    if forced == "fused":
-        fn, why = _fused(op, device_type)
-        if fn is None:
-            raise KernelUnsupported(f"hal.ops.{op}: use_path('fused'): {why}")
-        out = fn(*args)
-        _record(op, "fused", None)
-        return out
-    if forced == "composition":
-        out = composition(*args)
-        _record(op, "composition", None)
-        return out
-    if forced == "host":
-        out = host(*args)
-        _record(op, "host", None)
-        return out
+def device_type(t) -> str:
+    """``t.device.type``, without building a ``torch.device`` for CPU tensors (the common case)."""
+    return "cpu" if t.is_cpu else t.device.type
 
+
+def plan(op: str, device_type: str, dtype) -> tuple:
+    """``(generation, fused callable or None, why not)`` for ``op`` on (device type, dtype).
+
+    Decided once and cached; a new registry (``hal.reset_registry()``, a plugin's kernel
+    table changed, ``HAL_*`` settings re-read) starts a new generation and every plan is
+    decided again.
+    """
+    gen = registry_generation()
+    key = (op, device_type, dtype)
+    hit = _plans.get(key)
+    if hit is not None and hit[0] == gen:
+        return hit
     fn, why = _fused(op, device_type)
+    hit = _plans[key] = (gen, fn, why)
+    return hit
+
+
+def _refused(op: str, device_type: str, dtype, exc: KernelUnsupported) -> str:
+    why = f"fused kernel refused the call: {exc}"
+    if exc.per_dtype:
+        _plans[(op, device_type, dtype)] = (registry_generation(), None, why)
+    return why
+
+
+def run(op: str, device_type: str, args: tuple, composition: Callable, host: Callable):
+    """Run ``op`` on the best available path; see the module docstring for the order.
+
+    ``args[0]`` is the tensor whose dtype keys the cached :func:`plan`.
+    """
+    forced = getattr(_forced, "path", None)
+    if forced is not None:
+        return _run_forced(forced, op, device_type, args, composition, host)
+    dtype = args[0].dtype if args and hasattr(args[0], "dtype") else None
+    _, fn, why = plan(op, device_type, dtype)
     if fn is not None:
         try:
             out = fn(*args)
+        except KernelUnsupported as exc:
+            why = _refused(op, device_type, dtype, exc)
+        else:
             _record(op, "fused", None)
             return out
-        except KernelUnsupported as exc:
-            why = f"fused kernel refused the call: {exc}"
     try:
         out = composition(*args)
         _record(op, "composition", f"{why}; ran the torch composition")
@@ -205,4 +239,18 @@ def run(op: str, device_type: str, args: tuple, composition: Callable, host: Cal
         why = f"{why}; the composition is not implemented on {device_type} ({exc})"
     out = host(*args)
     _record(op, "host", f"{why}; ran the C++ host kernel through host memory")
+    return out
+
+
+def _run_forced(forced: str, op: str, device_type: str, args: tuple, composition: Callable, host: Callable):
+    if forced == "fused":
+        fn, why = _fused(op, device_type)
+        if fn is None:
+            raise KernelUnsupported(f"hal.ops.{op}: use_path('fused'): {why}")
+        out = fn(*args)
+    elif forced == "composition":
+        out = composition(*args)
+    else:
+        out = host(*args)
+    _record(op, forced, None)
     return out

@@ -3,29 +3,21 @@ import torch
 from torch import Tensor
 
 from hal.ops import _checks, compositions as comp, host
-from hal.ops._dispatch import run
+from hal.ops._boundary import define
+from hal.ops._dispatch import device_type, run
 
 APPROXIMATIONS = ("none", "tanh")
 
 
-@torch.library.custom_op("hal::swiglu", mutates_args=())
 def _swiglu(x: Tensor) -> Tensor:
-    return run("swiglu", x.device.type, (x,), comp.swiglu, host.swiglu)
+    return run("swiglu", device_type(x), (x,), comp.swiglu, host.swiglu)
 
 
-@_swiglu.register_fake
-def _(x):
-    return x.new_empty(*x.shape[:-1], x.shape[-1] // 2)
-
-
-@torch.library.custom_op("hal::swiglu_backward", mutates_args=())
 def _swiglu_backward(grad: Tensor, x: Tensor) -> Tensor:
-    return run("swiglu_backward", x.device.type, (grad, x), comp.swiglu_backward, host.swiglu_backward)
+    return run("swiglu_backward", device_type(x), (grad, x), comp.swiglu_backward, host.swiglu_backward)
 
 
-@_swiglu_backward.register_fake
-def _(grad, x):
-    return torch.empty_like(x)
+SWIGLU_BACKWARD = define("swiglu_backward", _swiglu_backward, fake=lambda grad, x: torch.empty_like(x))
 
 
 def _sw_setup(ctx, inputs, output):
@@ -34,10 +26,11 @@ def _sw_setup(ctx, inputs, output):
 
 def _sw_backward(ctx, grad):
     (x,) = ctx.saved_tensors
-    return torch.ops.hal.swiglu_backward(grad, x)
+    return SWIGLU_BACKWARD(grad, x)
 
 
-_swiglu.register_autograd(_sw_backward, setup_context=_sw_setup)
+SWIGLU = define("swiglu", _swiglu, fake=lambda x: x.new_empty(*x.shape[:-1], x.shape[-1] // 2),
+                setup_context=_sw_setup, backward=_sw_backward)
 
 
 def swiglu(x: Tensor) -> Tensor:
@@ -56,27 +49,18 @@ def swiglu(x: Tensor) -> Tensor:
     if x.dim() < 1 or x.shape[-1] % 2:
         raise ValueError(f"hal.ops.swiglu: x has shape {tuple(x.shape)}; its last dim must be even "
                          "([gate | up] halves)")
-    return torch.ops.hal.swiglu(x)
+    return SWIGLU(x)
 
 
-@torch.library.custom_op("hal::gelu", mutates_args=())
 def _gelu(x: Tensor, approximate: str) -> Tensor:
-    return run("gelu", x.device.type, (x, approximate), comp.gelu, host.gelu)
+    return run("gelu", device_type(x), (x, approximate), comp.gelu, host.gelu)
 
 
-@_gelu.register_fake
-def _(x, approximate):
-    return torch.empty_like(x)
-
-
-@torch.library.custom_op("hal::gelu_backward", mutates_args=())
 def _gelu_backward(grad: Tensor, x: Tensor, approximate: str) -> Tensor:
-    return run("gelu_backward", x.device.type, (grad, x, approximate), comp.gelu_backward, host.gelu_backward)
+    return run("gelu_backward", device_type(x), (grad, x, approximate), comp.gelu_backward, host.gelu_backward)
 
 
-@_gelu_backward.register_fake
-def _(grad, x, approximate):
-    return torch.empty_like(x)
+GELU_BACKWARD = define("gelu_backward", _gelu_backward, fake=lambda grad, x, approximate: torch.empty_like(x))
 
 
 def _ge_setup(ctx, inputs, output):
@@ -86,10 +70,11 @@ def _ge_setup(ctx, inputs, output):
 
 def _ge_backward(ctx, grad):
     (x,) = ctx.saved_tensors
-    return torch.ops.hal.gelu_backward(grad, x, ctx.approximate), None
+    return GELU_BACKWARD(grad, x, ctx.approximate), None
 
 
-_gelu.register_autograd(_ge_backward, setup_context=_ge_setup)
+GELU = define("gelu", _gelu, fake=lambda x, approximate: torch.empty_like(x), setup_context=_ge_setup,
+              backward=_ge_backward)
 
 
 def gelu(x: Tensor, approximate: str = "none") -> Tensor:
@@ -105,4 +90,4 @@ def gelu(x: Tensor, approximate: str = "none") -> Tensor:
     _checks.floating("gelu", "x", x)
     if approximate not in APPROXIMATIONS:
         raise ValueError(f"hal.ops.gelu: approximate={approximate!r} is not known; use 'none' (exact) or 'tanh'")
-    return torch.ops.hal.gelu(x, approximate)
+    return GELU(x, approximate)

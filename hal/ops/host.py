@@ -50,7 +50,8 @@ def available() -> bool:
 def _check(op: str, *tensors: torch.Tensor) -> None:
     for t in tensors:
         if t.dtype not in DTYPES:
-            raise KernelUnsupported(f"host kernel {op} takes float32, float16 or bfloat16, not {t.dtype}")
+            raise KernelUnsupported(f"host kernel {op} takes float32, float16 or bfloat16, not {t.dtype}",
+                                    per_dtype=True)
 
 
 def _host(t: torch.Tensor) -> torch.Tensor:

@@ -5,29 +5,22 @@ import torch
 from torch import Tensor
 
 from hal.ops import _checks, compositions as comp, host
-from hal.ops._dispatch import run
+from hal.ops._boundary import define
+from hal.ops._dispatch import device_type, run
 
 
 # -- rms_norm --------------------------------------------------------------------------
-@torch.library.custom_op("hal::rms_norm", mutates_args=())
 def _rms_norm(x: Tensor, weight: Tensor, eps: float) -> Tensor:
-    return run("rms_norm", x.device.type, (x, weight, eps), comp.rms_norm, host.rms_norm)
+    return run("rms_norm", device_type(x), (x, weight, eps), comp.rms_norm, host.rms_norm)
 
 
-@_rms_norm.register_fake
-def _(x, weight, eps):
-    return torch.empty_like(x)
-
-
-@torch.library.custom_op("hal::rms_norm_backward", mutates_args=())
 def _rms_norm_backward(grad: Tensor, x: Tensor, weight: Tensor, eps: float) -> Tuple[Tensor, Tensor]:
-    return run("rms_norm_backward", x.device.type, (grad, x, weight, eps), comp.rms_norm_backward,
+    return run("rms_norm_backward", device_type(x), (grad, x, weight, eps), comp.rms_norm_backward,
                host.rms_norm_backward)
 
 
-@_rms_norm_backward.register_fake
-def _(grad, x, weight, eps):
-    return torch.empty_like(x), torch.empty_like(weight)
+RMS_NORM_BACKWARD = define("rms_norm_backward", _rms_norm_backward,
+                           fake=lambda grad, x, weight, eps: (torch.empty_like(x), torch.empty_like(weight)))
 
 
 def _rms_setup(ctx, inputs, output):
@@ -38,21 +31,16 @@ def _rms_setup(ctx, inputs, output):
 
 def _rms_backward(ctx, grad):
     x, weight = ctx.saved_tensors
-    dx, dw = torch.ops.hal.rms_norm_backward(grad, x, weight, ctx.eps)
+    dx, dw = RMS_NORM_BACKWARD(grad, x, weight, ctx.eps)
     return dx, dw, None
 
 
-_rms_norm.register_autograd(_rms_backward, setup_context=_rms_setup)
+RMS_NORM = define("rms_norm", _rms_norm, fake=lambda x, weight, eps: torch.empty_like(x),
+                  setup_context=_rms_setup, backward=_rms_backward)
 
 
-@torch.library.custom_op("hal::add_rms_norm", mutates_args=())
 def _add_rms_norm(x: Tensor, residual: Tensor, weight: Tensor, eps: float) -> Tuple[Tensor, Tensor]:
-    return run("add_rms_norm", x.device.type, (x, weight, eps, residual), comp.add_rms_norm, host.add_rms_norm)
-
-
-@_add_rms_norm.register_fake
-def _(x, residual, weight, eps):
-    return torch.empty_like(x), torch.empty_like(x)
+    return run("add_rms_norm", device_type(x), (x, weight, eps, residual), comp.add_rms_norm, host.add_rms_norm)
 
 
 def _add_rms_setup(ctx, inputs, output):
@@ -63,13 +51,15 @@ def _add_rms_setup(ctx, inputs, output):
 
 def _add_rms_backward(ctx, grad_out, grad_sum):
     h, weight = ctx.saved_tensors
-    dh, dw = torch.ops.hal.rms_norm_backward(grad_out, h, weight, ctx.eps)
+    dh, dw = RMS_NORM_BACKWARD(grad_out, h, weight, ctx.eps)
     if grad_sum is not None:
         dh = dh + grad_sum
     return dh, dh, dw, None
 
 
-_add_rms_norm.register_autograd(_add_rms_backward, setup_context=_add_rms_setup)
+ADD_RMS_NORM = define("add_rms_norm", _add_rms_norm,
+                      fake=lambda x, residual, weight, eps: (torch.empty_like(x), torch.empty_like(x)),
+                      setup_context=_add_rms_setup, backward=_add_rms_backward)
 
 
 def rms_norm(x: Tensor, weight: Optional[Tensor] = None, eps: float = 1e-6, residual: Optional[Tensor] = None):
@@ -102,47 +92,35 @@ def rms_norm(x: Tensor, weight: Optional[Tensor] = None, eps: float = 1e-6, resi
     _checks.vector("rms_norm", "weight", weight, x.shape[-1])
     _checks.same_device("rms_norm", x, weight=weight, residual=residual)
     if residual is None:
-        return torch.ops.hal.rms_norm(x, weight, float(eps))
+        return RMS_NORM(x, weight, float(eps))
     _checks.tensor("rms_norm", "residual", residual)
     if residual.shape != x.shape or residual.dtype != x.dtype:
         raise ValueError(f"hal.ops.rms_norm: residual is {tuple(residual.shape)} {residual.dtype} but x is "
                          f"{tuple(x.shape)} {x.dtype}; pass a residual of the same shape and dtype")
-    return tuple(torch.ops.hal.add_rms_norm(x, residual, weight, float(eps)))
+    return tuple(ADD_RMS_NORM(x, residual, weight, float(eps)))
 
 
 # -- layer_norm ------------------------------------------------------------------------
-@torch.library.custom_op("hal::layer_norm", mutates_args=())
 def _layer_norm(x: Tensor, weight: Tensor, bias: Optional[Tensor], eps: float) -> Tensor:
-    return run("layer_norm", x.device.type, (x, weight, bias, eps), comp.layer_norm, host.layer_norm)
+    return run("layer_norm", device_type(x), (x, weight, bias, eps), comp.layer_norm, host.layer_norm)
 
 
-@_layer_norm.register_fake
-def _(x, weight, bias, eps):
-    return torch.empty_like(x)
-
-
-@torch.library.custom_op("hal::add_layer_norm", mutates_args=())
 def _add_layer_norm(x: Tensor, residual: Tensor, weight: Tensor, bias: Optional[Tensor],
                     eps: float) -> Tuple[Tensor, Tensor]:
-    return run("add_layer_norm", x.device.type, (x, weight, bias, eps, residual), comp.layer_norm,
+    return run("add_layer_norm", device_type(x), (x, weight, bias, eps, residual), comp.layer_norm,
                host.layer_norm)
 
 
-@_add_layer_norm.register_fake
-def _(x, residual, weight, bias, eps):
-    return torch.empty_like(x), torch.empty_like(x)
-
-
-@torch.library.custom_op("hal::layer_norm_backward", mutates_args=())
 def _layer_norm_backward(grad: Tensor, grad_residual_out: Optional[Tensor], x: Tensor, weight: Tensor,
                          eps: float) -> Tuple[Tensor, Tensor, Tensor]:
-    return run("layer_norm_backward", x.device.type, (grad, grad_residual_out, x, weight, eps),
+    return run("layer_norm_backward", device_type(x), (grad, grad_residual_out, x, weight, eps),
                comp.layer_norm_backward, host.layer_norm_backward)
 
 
-@_layer_norm_backward.register_fake
-def _(grad, grad_residual_out, x, weight, eps):
-    return torch.empty_like(x), torch.empty_like(weight), torch.empty_like(weight)
+LAYER_NORM_BACKWARD = define(
+    "layer_norm_backward", _layer_norm_backward,
+    fake=lambda grad, grad_residual_out, x, weight, eps: (torch.empty_like(x), torch.empty_like(weight),
+                                                         torch.empty_like(weight)))
 
 
 def _ln_setup(ctx, inputs, output):
@@ -153,11 +131,12 @@ def _ln_setup(ctx, inputs, output):
 
 def _ln_backward(ctx, grad):
     x, weight = ctx.saved_tensors
-    dx, dw, db = torch.ops.hal.layer_norm_backward(grad, None, x, weight, ctx.eps)
+    dx, dw, db = LAYER_NORM_BACKWARD(grad, None, x, weight, ctx.eps)
     return dx, dw, (db if ctx.has_bias else None), None
 
 
-_layer_norm.register_autograd(_ln_backward, setup_context=_ln_setup)
+LAYER_NORM = define("layer_norm", _layer_norm, fake=lambda x, weight, bias, eps: torch.empty_like(x),
+                    setup_context=_ln_setup, backward=_ln_backward)
 
 
 def _add_ln_setup(ctx, inputs, output):
@@ -168,11 +147,13 @@ def _add_ln_setup(ctx, inputs, output):
 
 def _add_ln_backward(ctx, grad_out, grad_sum):
     h, weight = ctx.saved_tensors
-    dh, dw, db = torch.ops.hal.layer_norm_backward(grad_out, grad_sum, h, weight, ctx.eps)
+    dh, dw, db = LAYER_NORM_BACKWARD(grad_out, grad_sum, h, weight, ctx.eps)
     return dh, dh, dw, (db if ctx.has_bias else None), None
 
 
-_add_layer_norm.register_autograd(_add_ln_backward, setup_context=_add_ln_setup)
+ADD_LAYER_NORM = define("add_layer_norm", _add_layer_norm,
+                        fake=lambda x, residual, weight, bias, eps: (torch.empty_like(x), torch.empty_like(x)),
+                        setup_context=_add_ln_setup, backward=_add_ln_backward)
 
 
 def layer_norm(x: Tensor, weight: Tensor, bias: Optional[Tensor] = None, eps: float = 1e-5,
@@ -207,9 +188,9 @@ def layer_norm(x: Tensor, weight: Tensor, bias: Optional[Tensor] = None, eps: fl
         _checks.vector("layer_norm", "bias", bias, n)
     _checks.same_device("layer_norm", x, weight=weight, bias=bias, residual=residual)
     if residual is None:
-        return torch.ops.hal.layer_norm(x, weight, bias, float(eps))
+        return LAYER_NORM(x, weight, bias, float(eps))
     _checks.tensor("layer_norm", "residual", residual)
     if residual.shape != x.shape or residual.dtype != x.dtype:
         raise ValueError(f"hal.ops.layer_norm: residual is {tuple(residual.shape)} {residual.dtype} but x is "
                          f"{tuple(x.shape)} {x.dtype}; pass a residual of the same shape and dtype")
-    return tuple(torch.ops.hal.add_layer_norm(x, residual, weight, bias, float(eps)))
+    return tuple(ADD_LAYER_NORM(x, residual, weight, bias, float(eps)))

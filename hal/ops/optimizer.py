@@ -5,23 +5,22 @@ import torch
 from torch import Tensor
 
 from hal.ops import compositions as comp, host
-from hal.ops._dispatch import run
+from hal.ops._boundary import define
+from hal.ops._dispatch import device_type, run
 
 
-@torch.library.custom_op("hal::fused_adamw_", mutates_args=("params", "exp_avgs", "exp_avg_sqs"))
 def _fused_adamw_(params: List[Tensor], grads: List[Tensor], exp_avgs: List[Tensor], exp_avg_sqs: List[Tensor],
                   lr: float, beta1: float, beta2: float, eps: float, weight_decay: float, step: float,
                   maximize: bool) -> None:
     if not params:
         return
-    run("fused_adamw_", params[0].device.type,
+    run("fused_adamw_", device_type(params[0]),
         (params, grads, exp_avgs, exp_avg_sqs, lr, beta1, beta2, eps, weight_decay, step, maximize),
         comp.fused_adamw_, host.fused_adamw_)
 
 
-@_fused_adamw_.register_fake
-def _(params, grads, exp_avgs, exp_avg_sqs, lr, beta1, beta2, eps, weight_decay, step, maximize):
-    return None
+FUSED_ADAMW_ = define("fused_adamw_", _fused_adamw_, mutates_args=("params", "exp_avgs", "exp_avg_sqs"),
+                      fake=lambda *args: None)
 
 
 def fused_adamw_(params: List[Tensor], grads: List[Tensor], exp_avgs: List[Tensor], exp_avg_sqs: List[Tensor],
@@ -47,6 +46,5 @@ def fused_adamw_(params: List[Tensor], grads: List[Tensor], exp_avgs: List[Tenso
                              "(use torch.optim.SparseAdam for sparse ones)")
     if step < 1:
         raise ValueError(f"hal.ops.fused_adamw_: step={step}; it counts this update and starts at 1")
-    torch.ops.hal.fused_adamw_(list(params), list(grads), list(exp_avgs), list(exp_avg_sqs), float(lr),
-                               float(beta1), float(beta2), float(eps), float(weight_decay), float(step),
-                               bool(maximize))
+    FUSED_ADAMW_(list(params), list(grads), list(exp_avgs), list(exp_avg_sqs), float(lr), float(beta1),
+                 float(beta2), float(eps), float(weight_decay), float(step), bool(maximize))

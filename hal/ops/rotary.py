@@ -3,18 +3,13 @@ import torch
 from torch import Tensor
 
 from hal.ops import _checks, compositions as comp, host
-from hal.ops._dispatch import run
+from hal.ops._boundary import define
+from hal.ops._dispatch import device_type, run
 
 
-@torch.library.custom_op("hal::rotary_embedding", mutates_args=())
 def _rotary(x: Tensor, cos: Tensor, sin: Tensor, interleaved: bool, seq_dim: int) -> Tensor:
-    return run("rotary_embedding", x.device.type, (x, cos, sin, interleaved, seq_dim), comp.rotary_embedding,
+    return run("rotary_embedding", device_type(x), (x, cos, sin, interleaved, seq_dim), comp.rotary_embedding,
                host.rotary_embedding)
-
-
-@_rotary.register_fake
-def _(x, cos, sin, interleaved, seq_dim):
-    return torch.empty_like(x)
 
 
 def _setup(ctx, inputs, output):
@@ -26,10 +21,12 @@ def _setup(ctx, inputs, output):
 def _backward(ctx, grad):
     cos, sin = ctx.saved_tensors
     # a rotation's adjoint is the rotation by the opposite angle
-    return torch.ops.hal.rotary_embedding(grad, cos, -sin, ctx.interleaved, ctx.seq_dim), None, None, None, None
+    return ROTARY_EMBEDDING(grad, cos, -sin, ctx.interleaved, ctx.seq_dim), None, None, None, None
 
 
-_rotary.register_autograd(_backward, setup_context=_setup)
+ROTARY_EMBEDDING = define("rotary_embedding", _rotary,
+                          fake=lambda x, cos, sin, interleaved, seq_dim: torch.empty_like(x),
+                          setup_context=_setup, backward=_backward)
 
 
 def rotary_embedding(x: Tensor, cos: Tensor, sin: Tensor, interleaved: bool = False, seq_dim: int = 1) -> Tensor:
@@ -77,5 +74,4 @@ def rotary_embedding(x: Tensor, cos: Tensor, sin: Tensor, interleaved: bool = Fa
     _checks.same_device(op, x, cos=cos, sin=sin)
     _checks.no_grad_needed(op, "cos", cos)
     _checks.no_grad_needed(op, "sin", sin)
-    return torch.ops.hal.rotary_embedding(x, cos[:seq].contiguous(), sin[:seq].contiguous(), bool(interleaved),
-                                          sd)
+    return ROTARY_EMBEDDING(x, cos[:seq].contiguous(), sin[:seq].contiguous(), bool(interleaved), sd)

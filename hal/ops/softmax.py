@@ -5,28 +5,20 @@ import torch
 from torch import Tensor
 
 from hal.ops import _checks, compositions as comp, host
-from hal.ops._dispatch import run
+from hal.ops._boundary import define
+from hal.ops._dispatch import device_type, run
 
 
-@torch.library.custom_op("hal::softmax", mutates_args=())
 def _softmax(x: Tensor, mask: Optional[Tensor], causal: bool, scale: float) -> Tensor:
-    return run("softmax", x.device.type, (x, mask, causal, scale), comp.softmax, host.softmax)
+    return run("softmax", device_type(x), (x, mask, causal, scale), comp.softmax, host.softmax)
 
 
-@_softmax.register_fake
-def _(x, mask, causal, scale):
-    return torch.empty_like(x)
-
-
-@torch.library.custom_op("hal::softmax_backward", mutates_args=())
 def _softmax_backward(grad: Tensor, out: Tensor, scale: float) -> Tensor:
-    return run("softmax_backward", out.device.type, (grad, out, scale), comp.softmax_backward,
+    return run("softmax_backward", device_type(out), (grad, out, scale), comp.softmax_backward,
                host.softmax_backward)
 
 
-@_softmax_backward.register_fake
-def _(grad, out, scale):
-    return torch.empty_like(out)
+SOFTMAX_BACKWARD = define("softmax_backward", _softmax_backward, fake=lambda grad, out, scale: torch.empty_like(out))
 
 
 def _setup(ctx, inputs, output):
@@ -36,10 +28,11 @@ def _setup(ctx, inputs, output):
 
 def _backward(ctx, grad):
     (out,) = ctx.saved_tensors
-    return torch.ops.hal.softmax_backward(grad, out, ctx.scale), None, None, None
+    return SOFTMAX_BACKWARD(grad, out, ctx.scale), None, None, None
 
 
-_softmax.register_autograd(_backward, setup_context=_setup)
+SOFTMAX = define("softmax", _softmax, fake=lambda x, mask, causal, scale: torch.empty_like(x),
+                 setup_context=_setup, backward=_backward)
 
 
 def softmax(x: Tensor, mask: Optional[Tensor] = None, causal: bool = False, scale: float = 1.0) -> Tensor:
@@ -79,4 +72,4 @@ def softmax(x: Tensor, mask: Optional[Tensor] = None, causal: bool = False, scal
         if not ok:
             raise ValueError(f"hal.ops.softmax: mask of shape {tuple(mask.shape)} does not broadcast to x "
                              f"{tuple(x.shape)}")
-    return torch.ops.hal.softmax(x, mask, bool(causal), float(scale))
+    return SOFTMAX(x, mask, bool(causal), float(scale))

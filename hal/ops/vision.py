@@ -5,18 +5,20 @@ import torch
 from torch import Tensor
 
 from hal.ops import _checks, compositions as comp, host
-from hal.ops._dispatch import run
+from hal.ops._boundary import define
+from hal.ops._dispatch import device_type, run
 
 
-@torch.library.custom_op("hal::nms", mutates_args=())
 def _nms(boxes: Tensor, scores: Tensor, iou_threshold: float) -> Tensor:
-    return run("nms", boxes.device.type, (boxes, scores, iou_threshold), comp.nms, host.nms)
+    return run("nms", device_type(boxes), (boxes, scores, iou_threshold), comp.nms, host.nms)
 
 
-@_nms.register_fake
-def _(boxes, scores, iou_threshold):
+def _nms_fake(boxes, scores, iou_threshold):
     n = torch.library.get_ctx().new_dynamic_size()
     return boxes.new_empty((n,), dtype=torch.long)
+
+
+NMS = define("nms", _nms, fake=_nms_fake)
 
 
 def nms(boxes: Tensor, scores: Tensor, iou_threshold: float) -> Tensor:
@@ -39,33 +41,27 @@ def nms(boxes: Tensor, scores: Tensor, iou_threshold: float) -> Tensor:
     if scores.shape != (boxes.shape[0],):
         raise ValueError(f"hal.ops.nms: scores has shape {tuple(scores.shape)}, expected ({boxes.shape[0]},)")
     _checks.same_device("nms", boxes, scores=scores)
-    return torch.ops.hal.nms(boxes, scores, float(iou_threshold))
+    return NMS(boxes, scores, float(iou_threshold))
 
 
-@torch.library.custom_op("hal::roi_align", mutates_args=())
 def _roi_align(input: Tensor, boxes: Tensor, spatial_scale: float, pooled_height: int, pooled_width: int,
                sampling_ratio: int, aligned: bool) -> Tensor:
-    return run("roi_align", input.device.type,
+    return run("roi_align", device_type(input),
                (input, boxes, spatial_scale, pooled_height, pooled_width, sampling_ratio, aligned),
                comp.roi_align, host.roi_align)
 
 
-@_roi_align.register_fake
-def _(input, boxes, spatial_scale, pooled_height, pooled_width, sampling_ratio, aligned):
-    return input.new_empty(boxes.shape[0], input.shape[1], pooled_height, pooled_width)
-
-
-@torch.library.custom_op("hal::roi_align_backward", mutates_args=())
 def _roi_align_backward(grad: Tensor, boxes: Tensor, spatial_scale: float, pooled_height: int, pooled_width: int,
                         sampling_ratio: int, aligned: bool, input_shape: List[int]) -> Tensor:
-    return run("roi_align_backward", grad.device.type,
+    return run("roi_align_backward", device_type(grad),
                (grad, boxes, spatial_scale, pooled_height, pooled_width, sampling_ratio, aligned, input_shape),
                comp.roi_align_backward, host.roi_align_backward)
 
 
-@_roi_align_backward.register_fake
-def _(grad, boxes, spatial_scale, pooled_height, pooled_width, sampling_ratio, aligned, input_shape):
-    return grad.new_empty(input_shape)
+ROI_ALIGN_BACKWARD = define(
+    "roi_align_backward", _roi_align_backward,
+    fake=lambda grad, boxes, spatial_scale, pooled_height, pooled_width, sampling_ratio, aligned, input_shape:
+    grad.new_empty(input_shape))
 
 
 def _setup(ctx, inputs, output):
@@ -76,11 +72,15 @@ def _setup(ctx, inputs, output):
 
 def _backward(ctx, grad):
     (boxes,) = ctx.saved_tensors
-    gi = torch.ops.hal.roi_align_backward(grad.contiguous(), boxes, *ctx.rest, ctx.input_shape)
+    gi = ROI_ALIGN_BACKWARD(grad.contiguous(), boxes, *ctx.rest, ctx.input_shape)
     return gi, None, None, None, None, None, None
 
 
-_roi_align.register_autograd(_backward, setup_context=_setup)
+ROI_ALIGN = define(
+    "roi_align", _roi_align,
+    fake=lambda input, boxes, spatial_scale, pooled_height, pooled_width, sampling_ratio, aligned:
+    input.new_empty(boxes.shape[0], input.shape[1], pooled_height, pooled_width),
+    setup_context=_setup, backward=_backward)
 
 
 def roi_align(input: Tensor, boxes: Union[Tensor, Sequence[Tensor]], output_size, spatial_scale: float = 1.0,
@@ -125,5 +125,5 @@ def roi_align(input: Tensor, boxes: Union[Tensor, Sequence[Tensor]], output_size
     ph, pw = (output_size, output_size) if isinstance(output_size, int) else tuple(output_size)
     if ph < 1 or pw < 1:
         raise ValueError(f"hal.ops.roi_align: output_size={output_size!r} must be positive")
-    return torch.ops.hal.roi_align(input, boxes.to(input.dtype), float(spatial_scale), int(ph), int(pw),
-                                   int(sampling_ratio), bool(aligned))
+    return ROI_ALIGN(input, boxes.to(input.dtype), float(spatial_scale), int(ph), int(pw), int(sampling_ratio),
+                     bool(aligned))

@@ -395,20 +395,34 @@ _registry: Optional[Registry] = None
 _registry_lock = threading.Lock()
 
 
+_generation = 0
+
+
 def get_registry() -> Registry:
     """The process-wide registry, created on first use."""
-    global _registry
+    global _registry, _generation
     with _registry_lock:
         if _registry is None:
             _registry = Registry()
+            _generation += 1
         return _registry
 
 
 def reset_registry() -> None:
     """Forget the process-wide registry (the next call re-reads env and re-probes)."""
-    global _registry
+    global _registry, _generation
     with _registry_lock:
         _registry = None
+        _generation += 1
+
+
+def generation() -> int:
+    """A number that changes whenever the process-wide registry is created or reset.
+
+    Caches of what the registry answered (``hal.ops``' per-op paths) compare it to know
+    when to ask again; reading it takes no lock.
+    """
+    return _generation
 
 
 def selected_backend():

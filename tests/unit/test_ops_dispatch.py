@@ -160,3 +160,55 @@ except hal.ops.KernelUnsupported as exc:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "refused: the C++ host kernels (hal._C) are not built" in out.stdout
+
+
+def test_the_path_follows_a_changed_kernel_table(cpu_kernels):
+    calls = []
+
+    def first(x, approximate):
+        calls.append("first")
+        return torch.zeros_like(x)
+
+    def second(x, approximate):
+        calls.append("second")
+        return torch.ones_like(x)
+
+    cpu_kernels({"gelu": first})
+    for _ in range(3):
+        hal.ops.gelu(torch.zeros(3))
+    cpu_kernels({"gelu": second})  # a plugin's kernel set changed (a new registry)
+    assert torch.equal(hal.ops.gelu(torch.zeros(3)), torch.ones(3))
+    cpu_kernels({})
+    with pytest.warns(hal.ops.FallbackWarning, match="no fused kernel declared"):
+        hal.ops.gelu(torch.zeros(3))
+    assert calls == ["first"] * 3 + ["second"]
+
+
+def test_a_dtype_refusal_is_remembered_per_dtype_and_a_call_refusal_is_not(cpu_kernels):
+    asked = []
+
+    def fp16_only(x, weight, eps):
+        asked.append(x.dtype)
+        if x.dtype != torch.float16:
+            raise hal.ops.KernelUnsupported("this kernel takes float16 only", per_dtype=True)
+        return torch.zeros_like(x)
+
+    def two_d_only(x):
+        asked.append(x.dim())
+        if x.dim() != 2:
+            raise hal.ops.KernelUnsupported("this kernel takes 2-D input")
+        return torch.zeros(*x.shape[:-1], x.shape[-1] // 2)
+
+    cpu_kernels({"rms_norm": fp16_only, "swiglu": two_d_only})
+    with pytest.warns(hal.ops.FallbackWarning):
+        for _ in range(3):
+            hal.ops.rms_norm(torch.ones(2, 4), torch.ones(4))
+            hal.ops.rms_norm(torch.ones(2, 4, dtype=torch.float16), torch.ones(4, dtype=torch.float16))
+    # asked once for float32 (then remembered), every time for float16
+    assert asked == [torch.float32, torch.float16, torch.float16, torch.float16]
+    assert hal.ops.stats()["rms_norm"]["fallbacks"] == 3
+    asked.clear()
+    with pytest.warns(hal.ops.FallbackWarning, match="takes 2-D input"):
+        for _ in range(2):
+            hal.ops.swiglu(torch.ones(2, 2, 4))
+    assert asked == [3, 3]  # a refusal that depends on the call is asked again

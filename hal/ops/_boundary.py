@@ -1,0 +1,110 @@
+"""How a ``hal.ops`` call crosses into its implementation.
+
+Every operator is a ``torch.library`` custom op (``torch.ops.hal.<name>``, with a fake
+implementation and autograd), which is what ``torch.compile``, ``torch.export``,
+FakeTensor, tensor subclasses (DTensor) and dispatch modes need to see.  In plain eager
+code that boundary is pure cost: its Python layers take ~20-50 us a call, more than the
+whole of a decode-sized kernel.  So :class:`Op` decides per call:
+
+* **eager** — every tensor argument a plain ``torch.Tensor`` (or ``nn.Parameter``), no
+  dynamo tracing, no torch dispatch mode and no functorch transform active: the
+  implementation is called directly (the same function the custom op runs), or through
+  an ``autograd.Function`` built from the op's own autograd formula when a gradient is
+  needed;
+* **otherwise** — the custom op, exactly as before.
+
+Both routes run the same implementation and the same backward formula, so results are
+bitwise the same; ``benchmarks`` (bench/bench_ops_sizes.py) measures what each costs.
+"""
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+import torch
+from torch import Tensor
+from torch.nn import Parameter
+
+_PLAIN = (Tensor, Parameter)
+_is_compiling = torch.compiler.is_compiling
+_grad_enabled = torch.is_grad_enabled
+# No public API answers "is a dispatch mode / functorch transform active" on every torch of
+# hal's window; these two have existed since torch 2.1 and cost ~0.2 us each.
+_dispatch_modes = getattr(torch._C, "_len_torch_dispatch_stack", None)
+_functorch_active = getattr(torch._C, "_are_functorch_transforms_active", None)
+
+
+def _eager_args(args) -> Optional[bool]:
+    """None when the call must take the custom op; else whether any tensor requires grad.
+
+    The custom op is taken under dynamo tracing, a torch dispatch mode, a functorch
+    transform, or with any tensor that is not a plain ``Tensor`` / ``Parameter``.
+    """
+    if _is_compiling() or _dispatch_modes is None or _functorch_active is None:
+        return None
+    if _dispatch_modes() or _functorch_active():
+        return None
+    grad = False
+    for a in args:
+        if isinstance(a, Tensor):
+            if type(a) not in _PLAIN:
+                return None
+            grad = grad or a.requires_grad
+        elif isinstance(a, (list, tuple)):
+            for v in a:
+                if isinstance(v, Tensor):
+                    if type(v) not in _PLAIN:
+                        return None
+                    grad = grad or v.requires_grad
+    return grad
+
+
+class Op:
+    """One ``hal.ops`` operator's entry: custom op when traced, direct call when eager.
+
+    :param custom: the ``torch.ops.hal.<name>`` overload packet (the traced route).
+    :param impl: the function the custom op wraps (the eager route; it dispatches to a path).
+    :param setup_context: ``(ctx, inputs, output)`` as given to ``register_autograd``, or
+        None for an operator without autograd (a backward, an in-place optimizer step).
+    :param backward: ``(ctx, *grads) -> grads per input`` as given to ``register_autograd``.
+    """
+
+    __slots__ = ("name", "custom", "impl", "function")
+
+    def __init__(self, custom, impl: Callable, setup_context: Optional[Callable] = None,
+                 backward: Optional[Callable] = None):
+        self.custom = custom
+        self.impl = impl
+        self.name = str(getattr(custom, "_qualified_op_name", impl.__name__))
+        self.function = None
+        if setup_context is not None:
+            self.function = type(f"{impl.__name__.strip('_')}_function", (torch.autograd.Function,), {
+                "forward": staticmethod(impl),
+                "setup_context": staticmethod(setup_context),
+                "backward": staticmethod(backward),
+            })
+
+    def __call__(self, *args):
+        grad = _eager_args(args)
+        if grad is None:
+            return self.custom(*args)
+        if grad and self.function is not None and _grad_enabled():
+            return self.function.apply(*args)
+        return self.impl(*args)
+
+    def __repr__(self) -> str:
+        return f"hal.ops Op({self.name})"
+
+
+def define(name: str, impl: Callable, *, fake: Callable, setup_context: Optional[Callable] = None,
+           backward: Optional[Callable] = None, mutates_args=()) -> Op:
+    """Register ``impl`` as the custom op ``hal::<name>`` (fake kernel, autograd) and return its :class:`Op`.
+
+    ``impl``'s annotations are the op's schema (``torch.library.custom_op``'s rules);
+    ``setup_context`` / ``backward`` are ``register_autograd``'s and also build the eager
+    ``autograd.Function``.
+    """
+    custom = torch.library.custom_op(f"hal::{name}", mutates_args=mutates_args)(impl)
+    custom.register_fake(fake)
+    if setup_context is not None:
+        custom.register_autograd(backward, setup_context=setup_context)
+    return Op(getattr(torch.ops.hal, name), impl, setup_context, backward)
