@@ -2,7 +2,9 @@
 
 Each operator is a ``torch.library`` custom op in the ``hal`` namespace
 (``torch.ops.hal.rms_norm``, ...) with autograd and a fake implementation, so
-``torch.compile`` and ``torch.export`` see one op.  Per call, it runs the backend's own
+``torch.compile``, ``torch.export``, FakeTensor and dispatch modes see one op; plain eager
+calls skip the custom op's Python layers and run the same implementation directly
+(docs/ops.md, "Cost per call").  Per call, it runs the backend's own
 fused kernel (declared by its plugin through the ``hal_fused_kernels`` hook; on the CPU,
 the C++ host kernels of ``hal._C``), else a composition of standard torch ops on the
 device, else the C++ host kernel through host memory.  Fallbacks are counted
