@@ -11,9 +11,15 @@ Baseline: raw torch on the CPU, the same model and step, measured side by side.
    ``python script.py`` for a short device-agnostic training script (start-up included),
    interleaved, repeated.
 
-3. per call: the wrappers alone (``x.to("cpu")``, ``torch.zeros(3)``), and the caller check
-   that gives torch's own code the real ``torch.cuda.is_available()`` (called from a module
-   named ``torch.*``), each against the same call in raw torch.
+3. per call, in fresh processes (torch's default thread count, then OMP_NUM_THREADS=1): a sweep
+   over the redirected calls of a CUDA script (:data:`CALLS`: the factories with ``device="cuda"``,
+   ``"cuda:0"`` and ``torch.device("cuda")``, at a tiny and a training-sized tensor; ``.to("cuda")``,
+   ``.to(device)``, ``.cuda()``; the ``torch.cuda`` queries; streams and events), each against
+   the direct call on the target (``device="cpu"``, ``torch.cpu.*``, hal's host stream and event)
+   in raw torch, interleaved ABBA in blocks of about 10 ms, wall clock; with them the wrappers on
+   calls they do not map (``x.to("cpu")``, ``torch.zeros(3)``) and the caller check that gives
+   torch's own code the real ``torch.cuda.is_available()``.  Each row: the medians and spreads,
+   the paired ratio and the paired difference in ns per call.
 
 Times are CPU time (the step's thread; the command's process and its children), which
 other processes on a shared machine do not inflate as they do wall time.  Each timed block
@@ -24,7 +30,8 @@ the median and the spread (min-max) over repeats, and the ratio against
 raw torch: the median of the ratios of blocks measured next to each other (ABBA order, so
 that a drift of the machine's load cancels), with their spread.
 
-Usage: python bench/bench_redirect_overhead.py [--steps 20] [--repeats 15] [--runs 7] [--json]
+Usage: python bench/bench_redirect_overhead.py [--steps 20] [--repeats 15] [--runs 7] [--call-repeats 5]
+       [--only steps|calls|command] [--json]
 """
 import argparse
 import contextlib
@@ -143,26 +150,132 @@ def whole_command(runs, steps):
     return times
 
 
-CALLS = {"x.to('cpu')": "x.to('cpu')", "torch.zeros(3)": "torch.zeros(3)",
-         "torch.cuda.is_available() from torch": "is_available()"}
+#: the per-call sweep: (call, size, redirected statement, direct statement on the target, what the direct is).
+#: "size" is the tensor a factory makes: tiny (4 elements) or training-sized (1024 x 1024; torch.tensor: a list
+#: of 65536 floats); calls that make no tensor of a size have "-".  The redirected statement runs under
+#: hal.redirect.enable() on the cpu backend, the direct one in raw torch with the shim off.
+_FACTORIES = (("torch.empty", "torch.empty({shape}, device={dev})", "torch.empty({shape}, device='cpu')"),
+              ("torch.zeros", "torch.zeros({shape}, device={dev})", "torch.zeros({shape}, device='cpu')"),
+              ("torch.ones", "torch.ones({shape}, device={dev})", "torch.ones({shape}, device='cpu')"),
+              ("torch.randn", "torch.randn({shape}, device={dev})", "torch.randn({shape}, device='cpu')"),
+              ("torch.full", "torch.full({full}, 1.0, device={dev})", "torch.full({full}, 1.0, device='cpu')"),
+              ("torch.arange", "torch.arange({n}, device={dev})", "torch.arange({n}, device='cpu')"),
+              ("torch.tensor", "torch.tensor(values_{tag}, device={dev})", "torch.tensor(values_{tag}, device='cpu')"))
+_SIZES = (("tiny", {"shape": "4", "full": "(4,)", "n": "4", "tag": "tiny"}),
+          ("1024x1024", {"shape": "1024, 1024", "full": "(1024, 1024)", "n": str(1 << 20), "tag": "big"}))
+CALLS = (
+    [(f"{name}(device='cuda')", size, red.format(dev="'cuda'", **kw), direct.format(**kw), "same call, device='cpu'")
+     for size, kw in _SIZES for name, red, direct in _FACTORIES]
+    + [("torch.empty(device='cuda:0')", "tiny", "torch.empty(4, device='cuda:0')", "torch.empty(4, device='cpu')",
+        "same call, device='cpu'"),
+       ("torch.empty(device=torch.device('cuda'))", "tiny", "torch.empty(4, device=cuda_dev)",
+        "torch.empty(4, device=cpu_dev)", "same call, device=torch.device('cpu')"),
+       ("x.to('cuda')", "-", "x.to('cuda')", "x.to('cpu')", "x.to('cpu')"),
+       ("x.to(torch.device('cuda'))", "-", "x.to(cuda_dev)", "x.to(cpu_dev)", "x.to(torch.device('cpu'))"),
+       ("x.cuda()", "-", "x.cuda()", "x.to('cpu')", "x.to('cpu')"),
+       ("torch.cuda.is_available()", "-", "torch.cuda.is_available()", "torch.cpu.is_available()",
+        "torch.cpu.is_available()"),
+       ("torch.cuda.current_device()", "-", "torch.cuda.current_device()", "torch.cpu.current_device()",
+        "torch.cpu.current_device()"),
+       ("torch.cuda.device_count()", "-", "torch.cuda.device_count()", "torch.cpu.device_count()",
+        "torch.cpu.device_count()"),
+       ("torch.cuda.get_device_name()", "-", "torch.cuda.get_device_name()", "backend.device_name(None)",
+        "hal's cpu backend device_name()"),
+       ("torch.cuda.synchronize()", "-", "torch.cuda.synchronize()", "torch.cpu.synchronize()",
+        "torch.cpu.synchronize()"),
+       ("torch.cuda.memory_allocated()", "-", "torch.cuda.memory_allocated()", "0",
+        "the answer (torch.cpu keeps no allocator statistics)"),
+       ("torch.cuda.Stream()", "-", "torch.cuda.Stream()", "HostStream()", "hal's host stream"),
+       ("torch.cuda.current_stream()", "-", "torch.cuda.current_stream()", "host_current_stream()",
+        "hal's host current_stream()"),
+       ("torch.cuda.Event()", "-", "torch.cuda.Event()", "HostEvent()", "hal's host event"),
+       ("torch.cuda.Event(enable_timing=True).record()", "-", "torch.cuda.Event(enable_timing=True).record()",
+        "HostEvent(enable_timing=True).record()", "hal's host event"),
+       # not redirected: the wrappers' cost on calls that need no mapping, and torch's own code's real answer
+       ("x.to('cpu') (not redirected)", "-", "x.to('cpu')", "x.to('cpu')", "raw torch"),
+       ("torch.zeros(3) (not redirected)", "tiny", "torch.zeros(3)", "torch.zeros(3)", "raw torch"),
+       ("torch.cuda.is_available() from torch", "-", "torch_is_available()", "torch_is_available()",
+        "raw torch (the caller is a torch.* module)")])
 
 
-def call_costs(backend, number=20000, repeats=7):
-    """ns per call: raw torch, then under the shim (the last from a torch-internal caller)."""
-    import timeit
-    x = torch.ones(4)
-    # a function whose globals say it is torch's own code, as the DataLoader or an optimizer is
+def _call_env(backend):
+    """What the statements see: module-level names of a script (``__name__`` is not torch's or hal's)."""
+    from hal.redirect._host import HostEvent, HostStream, current_stream
     inside = {"__name__": "torch._bench_internal", "torch": torch}
-    exec("def is_available():\n    return torch.cuda.is_available()", inside)
-    env = {"torch": torch, "x": x, "is_available": inside["is_available"]}
+    exec("def torch_is_available():\n    return torch.cuda.is_available()", inside)
+    return {"__name__": "__bench_script__", "torch": torch, "x": torch.ones(4), "backend": backend,
+            "cuda_dev": torch.device("cuda"), "cpu_dev": torch.device("cpu"),
+            "values_tiny": [1.0, 2.0, 3.0, 4.0], "values_big": [float(i) for i in range(65536)],
+            "HostStream": HostStream, "HostEvent": HostEvent, "host_current_stream": current_stream,
+            "torch_is_available": inside["torch_is_available"]}
 
-    def measure():
-        return {k: [t / number * 1e9 for t in timeit.repeat(stmt, globals=env, number=number, repeat=repeats)]
-                for k, stmt in CALLS.items()}
-    raw = measure()
-    with hal.redirect.enable(backend):
-        shim = measure()
-    return {k: {"raw": raw[k], "shim": shim[k]} for k in CALLS}
+
+def _timer(stmt, env):
+    import timeit
+    return timeit.Timer(stmt, globals=env, timer=time.perf_counter)
+
+
+def call_costs(backend, repeats=5, block_s=0.01):
+    """ns per call of each :data:`CALLS` row: the direct call (shim off) and the redirected one
+    (shim on), interleaved ABBA, ``repeats`` times, each block about ``block_s`` of calls."""
+    env = _call_env(backend)
+    out = {}
+    for name, size, red, direct, base in CALLS:
+        timers = {"direct": _timer(direct, env), "redirected": _timer(red, env)}
+        with hal.redirect.enable(backend):
+            timers["redirected"].timeit(3)  # first sight: the log's row, the targets
+            per = timers["redirected"].timeit(20) / 20
+        number = max(5, min(20000, int(block_s / max(per, 1e-9))))
+        times = {"direct": [], "redirected": []}
+        for r in range(repeats):
+            for k in (["direct", "redirected", "redirected", "direct"] if r % 2 == 0
+                      else ["redirected", "direct", "direct", "redirected"]):
+                ctx = hal.redirect.enable(backend) if k == "redirected" else contextlib.nullcontext()
+                with ctx:
+                    gc.collect()
+                    times[k].append(timers[k].timeit(number) / number * 1e9)
+        # a factory's row at each size is its own row
+        out[name if size == "-" else f"{name} [{size}]"] = {"size": size, "baseline": base, "number": number,
+                                                              **times}
+    return out
+
+
+def _per_call_child(args):
+    warnings.simplefilter("ignore")
+    logging.getLogger("hal.redirect").setLevel(logging.ERROR)
+    backend = Registry(env={"HAL_BACKEND": "cpu"}).selected().backend
+    res = call_costs(backend, repeats=args.call_repeats)
+    print(json.dumps({"threads": torch.get_num_threads(), "calls": res}))
+
+
+def per_call(call_repeats):
+    """The sweep in fresh processes: at torch's default thread count, and at OMP_NUM_THREADS=1."""
+    out = {}
+    for setting in ("default", "1"):
+        env = {k: v for k, v in os.environ.items() if not k.startswith("HAL_")}
+        env.pop("OMP_NUM_THREADS", None)
+        if setting != "default":
+            env["OMP_NUM_THREADS"] = setting
+        proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--per-call-child",
+                               "--call-repeats", str(call_repeats)], env=env, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise SystemExit(f"per-call sweep (OMP_NUM_THREADS={setting}) failed:\n{proc.stderr[-2000:]}")
+        out[f"OMP_NUM_THREADS={setting}"] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return out
+
+
+def _call_lines(calls):
+    lines = []
+    for name, v in calls.items():
+        d, r = v["direct"], v["redirected"]
+        # paired: the two blocks of one kind in a repeat against the two of the other
+        ratios = [b / a for a, b in zip(d, r)]
+        diffs = [b - a for a, b in zip(d, r)]
+        lines.append(f"  {name:58s} direct {statistics.median(d):8.0f} ns ({min(d):.0f}-{max(d):.0f})"
+                     f"  redirected {statistics.median(r):8.0f} ns ({min(r):.0f}-{max(r):.0f})"
+                     f"  {statistics.median(ratios):5.2f}x ({min(ratios):.2f}-{max(ratios):.2f})"
+                     f"  +{statistics.median(diffs):.0f} ns ({min(diffs):.0f} to {max(diffs):.0f})")
+    return lines
 
 
 def _paired(values, base):
@@ -183,17 +296,23 @@ def main():
     p.add_argument("--repeats", type=int, default=15, help="ABBA repeats of the per-step timing")
     p.add_argument("--runs", type=int, default=7, help="fresh processes per command")
     p.add_argument("--script-steps", type=int, default=200, help="training steps of the command's script")
-    p.add_argument("--no-command", action="store_true", help="measure the per-step cost only")
+    p.add_argument("--call-repeats", type=int, default=5, help="ABBA repeats of each per-call row")
+    p.add_argument("--no-command", action="store_true", help="skip the whole-command timing")
+    p.add_argument("--only", choices=("steps", "calls", "command"), help="run one section")
+    p.add_argument("--per-call-child", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--json", action="store_true")
     args = p.parse_args()
+    if args.per_call_child:
+        return _per_call_child(args)
     warnings.simplefilter("ignore")
     logging.getLogger("hal.redirect").setLevel(logging.ERROR)
     torch.set_num_threads(1)
     backend = Registry(env={"HAL_BACKEND": "cpu"}).selected().backend
 
-    steps = per_step(args.steps, args.repeats, backend)
-    calls = call_costs(backend)
-    command = None if args.no_command else whole_command(args.runs, args.script_steps)
+    run = lambda section: args.only in (None, section)  # noqa: E731
+    steps = per_step(args.steps, args.repeats, backend) if run("steps") else {}
+    calls = per_call(args.call_repeats) if run("calls") else {}
+    command = whole_command(args.runs, args.script_steps) if run("command") and not args.no_command else None
     res = {
         "baseline": "raw torch on the CPU (same model, step and script)",
         "clock": "CPU time: time.thread_time per step, user+sys of the child per command",
@@ -208,16 +327,18 @@ def main():
     if args.json:
         print(json.dumps(res, indent=2))
         return
-    print(f"baseline: {res['baseline']}; CPU time, {torch.get_num_threads()} thread; {args.repeats} ABBA "
-          f"repeats of {args.steps}-step blocks; ratio = median of the per-repeat ratios")
+    if steps:
+        print(f"baseline: {res['baseline']}; CPU time, {torch.get_num_threads()} thread; {args.repeats} ABBA "
+              f"repeats of {args.steps}-step blocks; ratio = median of the per-repeat ratios")
     for k, v in steps.items():
         print(f"{k}: ms/step")
         print(_line("raw torch", v["raw"], v["raw"], "ms"))
         print(_line("hal.redirect (cpu)", v["shim"], v["raw"], "ms"))
-    print("per call: ns (min of 7 x 20000 calls)")
-    for k, v in calls.items():
-        print(f"  {k:38s} raw {min(v['raw']):6.0f}  shim {min(v['shim']):6.0f}  "
-              f"(+{min(v['shim']) - min(v['raw']):.0f} ns)")
+    for setting, v in calls.items():
+        print(f"per call, {setting} ({v['threads']} threads; fresh process): ns per call, wall clock, median "
+              f"(spread) of {args.call_repeats} ABBA repeats; direct = the call on the target with the shim off; "
+              f"ratio and +ns paired per block")
+        print("\n".join(_call_lines(v["calls"])))
     if command is None:
         return
     print(f"whole command ({args.script_steps}-step script, fresh processes, median of {args.runs}): CPU s")

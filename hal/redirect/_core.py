@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import Any, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 
 from hal._errors import HalError
 from hal.redirect._log import RedirectLog
+from hal.util.frames import is_internal
 
 _MISSING = object()
 _DEVICE = torch.device
@@ -25,6 +26,23 @@ def is_cuda_like(dev) -> bool:
     if c is _DEVICE:
         return dev.type == "cuda"
     return c is int
+
+
+#: module name -> whether its code is torch's or hal's own (:func:`hal.util.frames.is_internal`), learnt
+#: on first sight: the "torch's own code gets the truth" test of every split call is one lookup
+_INTERNAL: Dict[Optional[str], bool] = {}
+
+
+def internal_module(name: Optional[str]) -> bool:
+    """:func:`hal.util.frames.is_internal`, remembered per module name (use ``_INTERNAL.get(name)`` first)."""
+    inside = _INTERNAL.get(name)
+    if inside is None:
+        inside = _INTERNAL[name] = is_internal(name)
+    return inside
+
+
+#: at most this many device arguments have their target remembered (a script uses a handful)
+_TARGETS_MAX = 512
 
 
 #: how many logical devices ``torch.cuda.device_count()`` shows on the cpu backend
@@ -69,6 +87,10 @@ class Redirection:
             self.count, self.count_source = max(1, int(backend.device_count())), f"{backend.name} device count"
         self._undo: List[Tuple[Any, str, Any]] = []
         self._cpu = torch.device("cpu")
+        #: device argument (``"cuda"``, ``"cuda:0"``, ``torch.device("cuda")``, ``0``, ``"cpu"`` ...) -> the
+        #: backend device that stands in for it, or False where it is not CUDA's; only answers that cannot
+        #: change (not "the current device" of a backend that has several) are kept: :meth:`target`
+        self.targets: Dict[Any, Any] = {None: self._cpu} if self.device_type == "cpu" else {}
 
     # -- devices ------------------------------------------------------------------------
     def index(self, dev=None) -> Optional[int]:
@@ -96,6 +118,33 @@ class Redirection:
         if self.device_type == "cpu":
             return self._cpu
         return torch.device(self.device_type, self.index(dev))
+
+    def target(self, dev):
+        """The backend device standing in for device argument ``dev`` (a ``str``, ``torch.device``
+        or ``int``), or False where ``dev`` is not CUDA's; remembered in :attr:`targets` where the
+        answer cannot change.  Callers look in :attr:`targets` first."""
+        if not is_cuda_like(dev):
+            if len(self.targets) < _TARGETS_MAX:
+                self.targets[dev] = False
+            return False
+        target = self.device(dev)
+        if self.device_type == "cpu":
+            fixed = True
+        else:  # an explicit index below the count maps to itself; "cuda" follows set_device
+            index = dev if dev.__class__ is int else (dev if dev.__class__ is _DEVICE else torch.device(dev)).index
+            fixed = index is not None and 0 <= index < self.count
+        if fixed and len(self.targets) < _TARGETS_MAX:
+            self.targets[dev] = target
+        return target
+
+    def describer(self, target) -> "Callable[[tuple], Tuple[str, str]]":
+        """The log's text for a device redirection keyed ``(call, device asked for)`` that gave
+        ``target``: ``call(device=dev)`` (or ``call`` with ``{dev}`` filled in, when it has one) ->
+        the device.  Built only when the log sees a call site first (:meth:`RedirectLog.at`)."""
+        def describe(key):
+            call, dev = key
+            return (call.format(dev=dev) if "{dev}" in call else f"{call}(device={dev})"), str(target)
+        return describe
 
     def redirect(self, dev, call: str) -> torch.device:
         """Map ``dev`` (cuda-like) for ``call`` and log it at the user's line as

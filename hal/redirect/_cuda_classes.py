@@ -18,10 +18,14 @@ torch's class, and ``isinstance`` / ``issubclass`` answer as for torch's class a
 """
 from __future__ import annotations
 
+import sys
 from typing import Callable, Dict, Iterable, Iterator, Optional, Tuple
 
 from hal.util.frames import from_inside
+from hal.redirect._core import _INTERNAL, internal_module
 from hal.redirect._devices import MARK
+
+_getframe = sys._getframe
 
 #: the attribute of a stand-in that holds its :class:`Spec` (on the stand-in itself, not on
 #: the classes deriving from it)
@@ -40,13 +44,16 @@ class Spec:
         instances, ``issubclass`` its subclasses.
     :param accepts: further objects the user's ``isinstance`` accepts (the backend's streams
         that are plain ``torch.Stream`` objects, say).
+    :param takes_caller: ``new`` takes the calling frame as its first argument (to record the call
+        there: :meth:`hal.redirect.RedirectLog.at`).
     """
 
-    __slots__ = ("call", "cuda", "new", "base", "accepts")
+    __slots__ = ("call", "cuda", "new", "base", "accepts", "takes_caller")
 
     def __init__(self, call: Callable, cuda: Optional[type], new: Callable, base: type,
-                 accepts: Optional[Callable[[object], bool]] = None):
+                 accepts: Optional[Callable[[object], bool]] = None, takes_caller: bool = False):
         self.call, self.cuda, self.new, self.base, self.accepts = call, cuda, new, base, accepts
+        self.takes_caller = takes_caller
 
 
 _metas: Dict[type, type] = {}
@@ -62,8 +69,15 @@ def _meta(base_meta: type) -> type:
         spec = cls.__dict__.get(SPEC)
         if spec is None:  # a class deriving from a stand-in: built as any class is
             return base_meta.__call__(cls, *args, **kwargs)
-        if from_inside(2):
+        f = _getframe(1)
+        name = f.f_globals.get("__name__")
+        inside = _INTERNAL.get(name)
+        if inside is None:
+            inside = internal_module(name)
+        if inside:
             return spec.call(*args, **kwargs)
+        if spec.takes_caller:
+            return spec.new(f, *args, **kwargs)
         return spec.new(*args, **kwargs)
 
     def __instancecheck__(cls, obj) -> bool:

@@ -22,6 +22,7 @@ from hal.redirect import _cuda_submodules
 from hal.redirect._cuda_classes import Spec, cuda_class, is_stand_in, spec_of, stand_in
 from hal.redirect._devices import MARK, LEGACY_TYPES
 from hal.redirect._core import Redirection
+from hal.redirect._log import NOT_REDIRECTED, REDIRECTED
 from hal.redirect._split import answer_for_user, patch_split as _patch, report_the_rest
 #: torch.cuda memory calls with a backend answer -> the value given when the backend has none
 NEUTRAL = {"memory_allocated": 0, "max_memory_allocated": 0, "memory_reserved": 0,
@@ -47,31 +48,55 @@ NO_OPS = {"set_per_process_memory_fraction": (None, "no per-process memory cap o
           "is_tf32_supported": (False, "TF32 is a CUDA (Ampere+) format"),
           "memory_summary": ("", "the backend keeps no CUDA allocator summary"),
           "memory_snapshot": ([], "the backend keeps no CUDA allocator snapshot")}
+#: the torch.cuda calls of :func:`_install_devices` whose answer records the call at the caller's frame
+TAKE_CALLER = ("is_available", "device_count", "get_device_name", "synchronize")
 #: torch.cuda's CUDA-graph entry points (torch 2.13's torch/cuda/graphs.py), refused off CUDA: functions, classes
 GRAPH_FUNCTIONS = ("graph_pool_handle", "make_graphed_callables")
 GRAPH_CLASSES = ("CUDAGraph", "graph")
 
 
+def _as_is(key):
+    return key
+
+
 def _stand_in(t: Redirection, name: str, new: Callable, base: type,
-              accepts: Optional[Callable[[object], bool]] = None, namespace: Optional[dict] = None) -> None:
+              accepts: Optional[Callable[[object], bool]] = None, namespace: Optional[dict] = None,
+              takes_caller: bool = False) -> None:
     """Replace the class ``torch.cuda.<name>`` by a stand-in (:mod:`hal.redirect._cuda_classes`)
-    whose instances, for the user's code, are ``new(...)``'s: the backend's own objects."""
+    whose instances, for the user's code, are ``new(...)``'s: the backend's own objects
+    (``takes_caller``: ``new`` takes the calling frame first)."""
     orig = getattr(torch.cuda, name)
     real = orig if isinstance(orig, type) and not is_stand_in(orig) else cuda_class(
         name, _cuda_submodules.submodules())
-    t.patch(torch.cuda, name, stand_in(name, Spec(orig, real, new, base, accepts), namespace))
+    t.patch(torch.cuda, name, stand_in(name, Spec(orig, real, new, base, accepts, takes_caller), namespace))
 
 
 # -- devices -----------------------------------------------------------------------------
 def _install_devices(t: Redirection) -> None:
     cuda, b, cpu = torch.cuda, t.backend, t.device_type == "cpu"
 
-    def is_available():
-        t.log.redirected("torch.cuda.is_available", f"True (runs on {b.name})")
+    at, sites = t.log.at, t.log.sites
+
+    def said(detail: str) -> Callable:  # a row's text: the call (its key) and ``detail``
+        return lambda key: (key[0], detail)
+
+    available, counted = said(f"True (runs on {b.name})"), said(f"{t.count} ({t.count_source})")
+    named, synchronized = said(f"{b.name} device name"), said(f"{b.name} synchronize")
+
+    def is_available(caller):
+        row = sites.get((id(caller.f_code), caller.f_lasti, "torch.cuda.is_available")) if caller is not None else None
+        if row is None:
+            at(caller, ("torch.cuda.is_available",), REDIRECTED, available)
+        else:
+            row["count"] += 1
         return True
 
-    def device_count():
-        t.log.redirected("torch.cuda.device_count", f"{t.count} ({t.count_source})")
+    def device_count(caller):
+        row = sites.get((id(caller.f_code), caller.f_lasti, "torch.cuda.device_count")) if caller is not None else None
+        if row is None:
+            at(caller, ("torch.cuda.device_count",), REDIRECTED, counted)
+        else:
+            row["count"] += 1
         return t.count
 
     def current_device():
@@ -88,9 +113,9 @@ def _install_devices(t: Redirection) -> None:
         t.log.redirected("torch.cuda.get_device_properties", f"{b.name} device properties ({props.name})")
         return props
 
-    def get_device_name(device=None):
+    def get_device_name(caller, device=None):
         name = b.device_name(t.index(device))
-        t.log.redirected("torch.cuda.get_device_name", f"{b.name} device name")
+        at(caller, ("torch.cuda.get_device_name",), REDIRECTED, named)
         return name
 
     def get_device_capability(device=None):
@@ -101,8 +126,8 @@ def _install_devices(t: Redirection) -> None:
     def is_bf16_supported(*args, **kwargs):
         return torch.bfloat16 in b.supported_dtypes()
 
-    def synchronize(device=None):
-        t.log.redirected("torch.cuda.synchronize", f"{b.name} synchronize")
+    def synchronize(caller, device=None):
+        at(caller, ("torch.cuda.synchronize",), REDIRECTED, synchronized)
         if not cpu:
             b.synchronize(t.index(device) if device is not None else None)
 
@@ -112,7 +137,7 @@ def _install_devices(t: Redirection) -> None:
                      ("get_device_capability", get_device_capability), ("is_bf16_supported", is_bf16_supported),
                      ("synchronize", synchronize), ("is_initialized", lambda: True), ("init", lambda: None),
                      ("is_current_stream_capturing", lambda: False)):
-        _patch(t, cuda, name, fn)
+        _patch(t, cuda, name, fn, takes_caller=name in TAKE_CALLER)
 
     class device:
         """``torch.cuda.device(i)``: the backend's device ``i`` is current inside the block."""
@@ -151,21 +176,32 @@ def _install_devices(t: Redirection) -> None:
 def _install_facet(t: Redirection) -> None:
     cuda, b, cpu = torch.cuda, t.backend, t.device_type == "cpu"
 
+    at = t.log.at
+    #: (facet method, device index) -> why it has no answer (the NotSupported it raised): asked once
+    unsupported = {}
+
     def memory(name: str, method: str) -> Callable:
-        def call(device=None, *args, **kwargs):
+        label = f"torch.cuda.{name}"
+        answered = lambda key: (label, f"{b.name} {method}")  # noqa: E731
+
+        def call(caller, device=None, *args, **kwargs):
             index = t.index(device) if device is not None else None
-            fn = getattr(b, method, None)
-            try:
-                result = fn(index) if fn is not None else b._mem(method, index)
-            except NotSupported as exc:
-                t.log.not_redirected(f"torch.cuda.{name}", f"{exc}; returned {NEUTRAL[name]!r}")
-                return NEUTRAL[name]
-            t.log.redirected(f"torch.cuda.{name}", f"{b.name} {method}")
-            return result
+            why = unsupported.get((method, index))
+            if why is None:
+                fn = getattr(b, method, None)
+                try:
+                    result = fn(index) if fn is not None else b._mem(method, index)
+                except NotSupported as exc:
+                    why = unsupported[(method, index)] = f"{exc}; returned {NEUTRAL[name]!r}"
+                else:
+                    at(caller, (label,), REDIRECTED, answered)
+                    return result
+            at(caller, (label, why), NOT_REDIRECTED, _as_is)
+            return NEUTRAL[name]
         return call
 
     for name, method in MEMORY.items():
-        _patch(t, cuda, name, memory(name, method))
+        _patch(t, cuda, name, memory(name, method), takes_caller=True)
 
     def mem_get_info(device=None):
         if cpu:
@@ -293,14 +329,18 @@ def _install_streams(t: Redirection) -> None:
     def device_arg(device):
         return t.device(device) if device is not None and not cpu else None
 
-    def new_stream(device=None, priority=0, **kwargs):
-        t.log.redirected("torch.cuda.Stream", f"{b.name} Stream")
+    at = t.log.at
+    stream_text = lambda key: (key[0], f"{b.name} Stream")  # noqa: E731
+    event_text = lambda key: (key[0], f"{b.name} Event")  # noqa: E731
+
+    def new_stream(caller, device=None, priority=0, **kwargs):
+        at(caller, ("torch.cuda.Stream",), REDIRECTED, stream_text)
         if device is not None:
             kwargs["device"] = device_arg(device)
         return make_stream(priority=priority, **kwargs)
 
-    def new_event(*args, **kwargs):
-        t.log.redirected("torch.cuda.Event", f"{b.name} Event")
+    def new_event(caller, *args, **kwargs):
+        at(caller, ("torch.cuda.Event",), REDIRECTED, event_text)
         return make_event(*args, **kwargs)
 
     def stream_new(cls, device=None, priority=0, **kwargs):  # a class deriving from torch.cuda.Stream
@@ -337,22 +377,25 @@ def _install_streams(t: Redirection) -> None:
         return StreamContext(s)
 
     _stand_in(t, "Stream", new_stream, stream_base, lambda obj: on_backend(obj, torch_stream),
-              {"__new__": stream_new, "__init__": no_init})
+              {"__new__": stream_new, "__init__": no_init}, takes_caller=True)
     _stand_in(t, "Event", new_event, event_base, lambda obj: on_backend(obj, torch_event),
-              {"__new__": event_new, "__init__": no_init})
+              {"__new__": event_new, "__init__": no_init}, takes_caller=True)
     _stand_in(t, "StreamContext", new_context, StreamContext)
     _patch(t, cuda, "stream", stream)
 
     def stream_call(name, fn):
-        def call(*args, **kwargs):
+        text = lambda key: (key[0], f"{b.name} {name}")  # noqa: E731
+        label = f"torch.cuda.{name}"
+
+        def call(caller, *args, **kwargs):
             if name in ("current_stream", "default_stream") and args:
                 args = (t.index(args[0]) if not cpu else None,) + args[1:]
-            t.log.redirected(f"torch.cuda.{name}", f"{b.name} {name}")
+            at(caller, (label,), REDIRECTED, text)
             return fn(*args, **kwargs)
         return call
 
     for name, fn in calls.items():
-        _patch(t, cuda, name, stream_call(name, fn))
+        _patch(t, cuda, name, stream_call(name, fn), takes_caller=True)
 
 
 def _own_class(mod, name: str, torch_cls: type) -> Optional[type]:

@@ -27,6 +27,7 @@ import torch
 from hal._errors import NotSupported
 from hal.util.frames import INTERNAL_NAMES, INTERNAL_PREFIXES
 from hal.redirect._core import Redirection, is_cuda_like
+from hal.redirect._log import REDIRECTED
 
 #: op-name prefixes of torch's sub-namespaces (aten::fft_fftfreq is torch.fft.fftfreq)
 NAMESPACES = (("fft_", "fft"), ("linalg_", "linalg"), ("special_", "special"), ("nested_", "nested"),
@@ -42,6 +43,7 @@ OWN_WRAPPER = {("torch.Tensor", "to"), ("torch.Tensor", "pin_memory"), ("torch.T
                ("torch", "Generator")}
 MARK = "__hal_redirect__"
 _getframe = sys._getframe
+DEVICE = torch.device
 
 
 @functools.lru_cache(maxsize=1)
@@ -126,39 +128,71 @@ def _wrap_device_arg(t: Redirection, fn: Callable, label: str, pos: Optional[int
                      unpinned: bool = False) -> Callable:
     """``fn`` with its device argument mapped; ``unpinned``: also with ``pin_memory=True``
     dropped (the cpu backend's factories: no device to pin host memory for, as with
-    ``Tensor.pin_memory()`` there)."""
-    call = _wrap_device_only(t, fn, label, pos)
-    if not unpinned:
-        return call
-    inner = call
+    ``Tensor.pin_memory()`` there).
 
-    def call(*args, **kwargs):
-        if kwargs and kwargs.get("pin_memory"):
-            kwargs["pin_memory"] = False
-            t.log.not_redirected(f"{label}(pin_memory=True)", f"{t.backend.name}: no device to pin host memory "
-                                 f"for; an ordinary tensor is made (values unchanged)")
-        return inner(*args, **kwargs)
+    One Python frame over torch's function.  A device argument's target is one lookup in
+    ``t.targets`` (:meth:`Redirection.target` on a miss) and the log's record one lookup by call
+    site (:meth:`RedirectLog.at`)."""
+    targets, target_of, at, describer, sites = t.targets, t.target, t.log.at, t.describer, t.log.sites
+    log = t.log
 
-    return marked(call, fn)
+    def unpin(kwargs):
+        kwargs["pin_memory"] = False
+        log.not_redirected(f"{label}(pin_memory=True)", f"{t.backend.name}: no device to pin host memory "
+                           f"for; an ordinary tensor is made (values unchanged)")
 
-
-def _wrap_device_only(t: Redirection, fn: Callable, label: str, pos: Optional[int]) -> Callable:
-    redirect = t.redirect
+    # the body is written out in both: a helper's frame would be most of the cost
     if pos is None:
         def call(*args, **kwargs):
             if kwargs:
                 d = kwargs.get("device")
-                if d is not None and is_cuda_like(d):
-                    kwargs["device"] = redirect(d, label)
+                if d is not None:
+                    c = d.__class__
+                    if c is str or c is DEVICE or c is int:
+                        target = targets.get(d)
+                        if target is None:
+                            target = target_of(d)
+                        if target is not False:
+                            kwargs["device"] = target
+                            f = _getframe(1)
+                            row = sites.get((id(f.f_code), f.f_lasti, label, d))
+                            if row is None:
+                                at(f, (label, d), REDIRECTED, describer(target))
+                            else:
+                                row["count"] += 1
+                if unpinned and kwargs.get("pin_memory"):
+                    unpin(kwargs)
             return fn(*args, **kwargs)
     else:
         def call(*args, **kwargs):
-            if len(args) > pos and args[pos] is not None and is_cuda_like(args[pos]):
-                args = args[:pos] + (redirect(args[pos], label),) + args[pos + 1:]
+            if len(args) > pos:
+                d = args[pos]
+                c = d.__class__
+                if c is str or c is DEVICE or c is int:
+                    target = targets.get(d)
+                    if target is None:
+                        target = target_of(d)
+                    if target is not False:
+                        args = args[:pos] + (target,) + args[pos + 1:]
+                        f = _getframe(1)
+                        row = sites.get((id(f.f_code), f.f_lasti, label, d))
+                        if row is None:
+                            at(f, (label, d), REDIRECTED, describer(target))
+                        else:
+                            row["count"] += 1
             if kwargs:
                 d = kwargs.get("device")
-                if d is not None and is_cuda_like(d):
-                    kwargs["device"] = redirect(d, label)
+                if d is not None:
+                    c = d.__class__
+                    if c is str or c is DEVICE or c is int:
+                        target = targets.get(d)
+                        if target is None:
+                            target = target_of(d)
+                        if target is not False:
+                            kwargs["device"] = target
+                            at(_getframe(1), (label, d), REDIRECTED, describer(target))
+                if unpinned and kwargs.get("pin_memory"):
+                    unpin(kwargs)
             return fn(*args, **kwargs)
     return marked(call, fn)
 
@@ -231,23 +265,44 @@ def _install_tensor(t: Redirection) -> None:
     T = torch.Tensor
     orig_to, orig_pin, orig_is_pinned, orig_type = T.to, T.pin_memory, T.is_pinned, T.type
     redirect, backend = t.redirect, t.backend
-    DEVICE = torch.device
+
+    targets, target_of, at, describer, sites = t.targets, t.target, t.log.at, t.describer, t.log.sites
 
     def to(self, *args, **kwargs):
         if args:
             a = args[0]
             c = a.__class__
-            if (c is str and a.startswith("cuda")) or (c is DEVICE and a.type == "cuda") or c is int:
-                args = (redirect(a, "Tensor.to"),) + args[1:]
+            if c is str or c is DEVICE or c is int:
+                target = targets.get(a)
+                if target is None:
+                    target = target_of(a)
+                if target is not False:
+                    args = (target,) + args[1:]
+                    f = _getframe(1)
+                    row = sites.get((id(f.f_code), f.f_lasti, "Tensor.to", a))
+                    if row is None:
+                        at(f, ("Tensor.to", a), REDIRECTED, describer(target))
+                    else:
+                        row["count"] += 1
         if kwargs:
             d = kwargs.get("device")
             if d is not None and is_cuda_like(d):
                 kwargs["device"] = redirect(d, "Tensor.to")
         return orig_to(self, *args, **kwargs)
 
+    def cuda_text(target):
+        return lambda key: ("Tensor.cuda()", f"Tensor.to({target})")
+
     def cuda(self, device=None, non_blocking=False, memory_format=torch.preserve_format):
-        target = t.device(device)
-        t.log.redirected("Tensor.cuda()", f"Tensor.to({target})")
+        target = targets.get(device)
+        if not target:
+            target = t.device(device)
+        f = _getframe(1)
+        row = sites.get((id(f.f_code), f.f_lasti, "Tensor.cuda()"))
+        if row is None:
+            at(f, ("Tensor.cuda()",), REDIRECTED, cuda_text(target))
+        else:
+            row["count"] += 1
         return orig_to(self, target, non_blocking=non_blocking, memory_format=memory_format)
 
     busy = threading.local()

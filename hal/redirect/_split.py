@@ -7,28 +7,45 @@ sends it into CUDA.  The same rule reports the calls that have no answer on the 
 """
 from __future__ import annotations
 
+import functools
 import sys
 from typing import Callable
 
-from hal.util.frames import INTERNAL_NAMES, INTERNAL_PREFIXES
-from hal.redirect._core import Redirection
+from hal.redirect._core import _INTERNAL, Redirection, internal_module
 from hal.redirect._devices import MARK, marked
 
 _getframe = sys._getframe
 
 
-#: the attribute of a split function holding its answer for the user's code (:func:`for_user`)
+#: the attribute of a split function holding its answer for the user's code (:func:`answer_for_user`)
 FOR_USER = "__hal_for_user__"
 
 
-def split(orig: Callable, for_user: Callable) -> Callable:
-    """A function that runs ``for_user`` for the user's code and ``orig`` for torch's and hal's."""
-    def call(*args, **kwargs):
-        name = _getframe(1).f_globals.get("__name__")
-        if name and (name in INTERNAL_NAMES or name.startswith(INTERNAL_PREFIXES)):
-            return orig(*args, **kwargs)
-        return for_user(*args, **kwargs)
-    setattr(call, FOR_USER, for_user)
+def split(orig: Callable, for_user: Callable, takes_caller: bool = False) -> Callable:
+    """A function that runs ``for_user`` for the user's code and ``orig`` for torch's and hal's.
+    ``takes_caller``: ``for_user`` takes the calling frame as its first argument (to record the call
+    there, :meth:`hal.redirect.RedirectLog.at`, without looking for it again).  Whose code called is one
+    lookup by module name (:func:`hal.redirect._core.internal_module`)."""
+    if takes_caller:
+        def call(*args, **kwargs):
+            f = _getframe(1)
+            name = f.f_globals.get("__name__")
+            inside = _INTERNAL.get(name)
+            if inside is None:
+                inside = internal_module(name)
+            if inside:
+                return orig(*args, **kwargs)
+            return for_user(f, *args, **kwargs)
+    else:
+        def call(*args, **kwargs):
+            name = _getframe(1).f_globals.get("__name__")
+            inside = _INTERNAL.get(name)
+            if inside is None:
+                inside = internal_module(name)
+            if inside:
+                return orig(*args, **kwargs)
+            return for_user(*args, **kwargs)
+    setattr(call, FOR_USER, functools.partial(for_user, None) if takes_caller else for_user)
     return marked(call, orig)
 
 
@@ -38,12 +55,12 @@ def answer_for_user(fn: Callable) -> Callable:
     return getattr(fn, FOR_USER, fn)
 
 
-def patch_split(t: Redirection, owner, name: str, for_user: Callable) -> None:
+def patch_split(t: Redirection, owner, name: str, for_user: Callable, takes_caller: bool = False) -> None:
     """Replace ``owner.name`` by :func:`split` of it and ``for_user`` until ``t`` ends."""
     orig = getattr(owner, name, None)
     if orig is None:
-        orig = for_user
-    t.patch(owner, name, split(orig, for_user))
+        orig = for_user if not takes_caller else functools.partial(for_user, None)
+    t.patch(owner, name, split(orig, for_user, takes_caller))
 
 
 def reporting(t: Redirection, what: str, fn: Callable) -> Callable:
