@@ -70,6 +70,53 @@ void gelu_bwd(py::array dy, py::array x, py::array dx, bool tanh_approx) {
     k.gelu_bwd(dt, dy.data(), x.data(), dx.mutable_data(), n, tanh_approx);
 }
 
+// ---- raw entries: addresses from Tensor.data_ptr(); the caller keeps the contract of common.h
+using addr = std::uintptr_t;
+
+void swiglu_fwd_raw(addr x, addr y, int64_t rows, int64_t n, int dtype) {
+    const char* op = "swiglu";
+    const DType dt = dtype_from_code(dtype, op);
+    check_dims({rows, n}, op);
+    const void* xp = raw_ptr(x, op, "x");
+    void* yp = raw_ptr(y, op, "out");
+    const HostKernels& k = host_kernels();
+    py::gil_scoped_release nogil;
+    k.swiglu_fwd(dt, xp, yp, rows, n);
+}
+
+void swiglu_bwd_raw(addr dy, addr x, addr dx, int64_t rows, int64_t n, int dtype) {
+    const char* op = "swiglu_backward";
+    const DType dt = dtype_from_code(dtype, op);
+    check_dims({rows, n}, op);
+    const void *gp = raw_ptr(dy, op, "grad"), *xp = raw_ptr(x, op, "x");
+    void* dxp = raw_ptr(dx, op, "grad_x");
+    const HostKernels& k = host_kernels();
+    py::gil_scoped_release nogil;
+    k.swiglu_bwd(dt, gp, xp, dxp, rows, n);
+}
+
+void gelu_fwd_raw(addr x, addr y, int64_t n, int dtype, bool tanh_approx) {
+    const char* op = "gelu";
+    const DType dt = dtype_from_code(dtype, op);
+    check_dims({n}, op);
+    const void* xp = raw_ptr(x, op, "x");
+    void* yp = raw_ptr(y, op, "out");
+    const HostKernels& k = host_kernels();
+    py::gil_scoped_release nogil;
+    k.gelu_fwd(dt, xp, yp, n, tanh_approx);
+}
+
+void gelu_bwd_raw(addr dy, addr x, addr dx, int64_t n, int dtype, bool tanh_approx) {
+    const char* op = "gelu_backward";
+    const DType dt = dtype_from_code(dtype, op);
+    check_dims({n}, op);
+    const void *gp = raw_ptr(dy, op, "grad"), *xp = raw_ptr(x, op, "x");
+    void* dxp = raw_ptr(dx, op, "grad_x");
+    const HostKernels& k = host_kernels();
+    py::gil_scoped_release nogil;
+    k.gelu_bwd(dt, gp, xp, dxp, n, tanh_approx);
+}
+
 }  // namespace
 
 void register_activations(py::module_& m) {
@@ -77,6 +124,15 @@ void register_activations(py::module_& m) {
     m.def("swiglu_bwd", &swiglu_bwd, py::arg("grad"), py::arg("x"), py::arg("grad_x"), "SwiGLU backward");
     m.def("gelu_fwd", &gelu_fwd, py::arg("x"), py::arg("out"), py::arg("tanh"), "GELU (exact, or tanh approximation)");
     m.def("gelu_bwd", &gelu_bwd, py::arg("grad"), py::arg("x"), py::arg("grad_x"), py::arg("tanh"), "GELU backward");
+    // raw entries (addresses, dims, dtype code; the caller keeps the contract of common.h)
+    m.def("swiglu_fwd_raw", &swiglu_fwd_raw, py::arg("x"), py::arg("out"), py::arg("rows"), py::arg("n"),
+          py::arg("dtype"), "swiglu_fwd on raw addresses: x (rows, 2n), out (rows, n)");
+    m.def("swiglu_bwd_raw", &swiglu_bwd_raw, py::arg("grad"), py::arg("x"), py::arg("grad_x"), py::arg("rows"),
+          py::arg("n"), py::arg("dtype"), "swiglu_bwd on raw addresses: grad (rows, n), x and grad_x (rows, 2n)");
+    m.def("gelu_fwd_raw", &gelu_fwd_raw, py::arg("x"), py::arg("out"), py::arg("n"), py::arg("dtype"),
+          py::arg("tanh"), "gelu_fwd on raw addresses of n elements");
+    m.def("gelu_bwd_raw", &gelu_bwd_raw, py::arg("grad"), py::arg("x"), py::arg("grad_x"), py::arg("n"),
+          py::arg("dtype"), py::arg("tanh"), "gelu_bwd on raw addresses of n elements");
 }
 
 }  // namespace hal

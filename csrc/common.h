@@ -1,10 +1,25 @@
 // Shared helpers of the hal host kernels (the dtype tags and per-element math are in
 // fmath.h): argument checks that raise Python errors, and the dtype dispatch.
 //
-// Buffers cross from Python as numpy arrays (torch tensors through .numpy()): float32,
-// float16, and bfloat16 viewed as int16/uint16 (numpy has no bfloat16).  Kernels compute
-// in float (accumulate in double where rows are reduced) and convert per element in the
-// inner loop, so a bf16/fp16 buffer is read once and never widened into a temporary.
+// Buffers cross from Python in one of two ways, and both reach the same kernel body:
+//
+// * numpy arrays (torch tensors through .numpy()): float32, float16, and bfloat16 viewed as
+//   int16/uint16 (numpy has no bfloat16).  These bindings (rms_norm_fwd, ...) check every
+//   buffer's dtype, layout, writability and shape and raise TypeError / ValueError.
+// * raw addresses (the *_raw bindings): Python ints from Tensor.data_ptr(), the dims, a dtype
+//   code (DTYPE_CODES: 0 float32, 1 float16, 2 bfloat16) and the scalars.  They skip numpy and
+//   the per-buffer checks; the CALLER guarantees that every address is that of a live,
+//   C-contiguous CPU buffer of the kernel's dtype (float32 where the signature says so) and of
+//   the shape the dims describe, that outputs are writable and do not overlap the inputs
+//   (unless the numpy binding allows it), and that it keeps the buffers alive for the call.
+//   Only the dtype code, the dims' signs and null required addresses are checked here.
+//   hal.ops.host is that caller.
+//
+// Kernels compute in float (accumulate in double where rows are reduced) and convert per
+// element in the inner loop, so a bf16/fp16 buffer is read once and never widened into a
+// temporary.  Every parallel region is guarded by use_parallel() (parallel.h), and every
+// reduction sums in an order fixed by the shape alone: results are bitwise the same serial or
+// parallel, for any thread count.
 #pragma once
 
 #include <pybind11/numpy.h>
@@ -12,6 +27,7 @@
 #include <pybind11/stl.h>
 
 #include "fmath.h"
+#include "parallel.h"
 
 #include <cmath>
 #include <cstdint>
@@ -131,6 +147,31 @@ inline const py::array& checked(const py::array& a, Use use, DType dt, std::init
     return a;
 }
 
+// ---- raw entries (see the contract at the top of this file)
+inline DType dtype_from_code(int code, const char* op) {
+    switch (code) {
+        case 0: return DType::F32;
+        case 1: return DType::F16;
+        case 2: return DType::BF16;
+        default:
+            throw std::invalid_argument(std::string(op) + ": dtype code " + std::to_string(code) +
+                                        " is none of 0 (float32), 1 (float16), 2 (bfloat16)");
+    }
+}
+
+// A required buffer address: refuses 0 (a null pointer) and returns it as a pointer.
+inline void* raw_ptr(std::uintptr_t addr, const char* op, const char* name) {
+    if (!addr) throw std::invalid_argument(std::string(op) + ": " + name + " is a null address");
+    return reinterpret_cast<void*>(addr);
+}
+// An optional buffer address: 0 means absent (nullptr).
+inline void* raw_opt(std::uintptr_t addr) { return reinterpret_cast<void*>(addr); }
+
+inline void check_dims(std::initializer_list<int64_t> dims, const char* op) {
+    for (int64_t d : dims)
+        if (d < 0) throw std::invalid_argument(std::string(op) + ": a dimension is negative (" + std::to_string(d) + ")");
+}
+
 template <class T>
 inline const T* cptr(const py::array& a) { return static_cast<const T*>(a.data()); }
 template <class T>
@@ -154,14 +195,6 @@ inline int max_threads() {
 #endif
 }
 
-inline int thread_id() {
-#ifdef _OPENMP
-    return omp_get_thread_num();
-#else
-    return 0;
-#endif
-}
-
 // Topic registration, one per source file.
 void register_norms(py::module_& m);
 void register_rotary(py::module_& m);
@@ -170,5 +203,6 @@ void register_softmax(py::module_& m);
 void register_adamw(py::module_& m);
 void register_vision(py::module_& m);
 void register_isa(py::module_& m);
+void register_parallel(py::module_& m);
 
 }  // namespace hal

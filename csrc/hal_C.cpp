@@ -2,7 +2,9 @@
 // kernels live in their own file (norms, rotary, activations, softmax, adamw, vision) and
 // register themselves here.  Host kernels operate on contiguous buffers (numpy arrays, or
 // torch tensors through .numpy()), release the GIL, and check shapes so that bad input
-// raises a Python error instead of crashing the process.
+// raises a Python error instead of crashing the process; their *_raw twins take addresses
+// and dims instead (the contract is in common.h).  Parallel regions open only above the
+// grain (parallel.h).
 #include "common.h"
 
 #ifndef HAL_VERSION_INFO
@@ -37,7 +39,7 @@ f32arr rms_norm_f32(f32arr x, f32arr w, double eps) {
     float* yp = y.mutable_data();
     {
         py::gil_scoped_release nogil;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (hal::use_parallel(rows * cols))
         for (int64_t r = 0; r < rows; ++r) {
             const float* xr = xp + r * cols;
             float* yr = yp + r * cols;
@@ -65,6 +67,12 @@ PYBIND11_MODULE(_C, m) {
     hal::register_adamw(m);
     hal::register_vision(m);
     hal::register_isa(m);
+    hal::register_parallel(m);
+    py::dict codes;  // the dtype argument of the *_raw entries
+    codes["float32"] = 0;
+    codes["float16"] = 1;
+    codes["bfloat16"] = 2;
+    m.attr("DTYPE_CODES") = codes;
     m.def("rms_norm_f32", &rms_norm_f32, py::arg("x"), py::arg("weight"), py::arg("eps") = 1e-6,
           "RMSNorm over the last dimension of a float32 array");
 }

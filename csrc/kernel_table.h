@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "fmath.h"
+#include "parallel.h"
 
 namespace hal {
 

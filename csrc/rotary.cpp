@@ -7,35 +7,15 @@
 namespace hal {
 namespace {
 
-void rotary_fwd(py::array x, py::array cos, py::array sin, py::array y, int64_t pos_div, int64_t pos_mod,
-                bool interleaved, int sign) {
-    const char* op = "rotary_embedding";
-    check_contiguous(x, op, "x");
-    check_ndim(x, 2, op, "x");
-    const DType dt = dtype_of(x, op, "x");
-    const int64_t rows = x.shape(0), dim = x.shape(1);
-    check_f32(cos, op, "cos", false);
-    check_f32(sin, op, "sin", false);
-    check_ndim(cos, 2, op, "cos");
-    const int64_t half = cos.shape(1);
-    check_shape(cos, {pos_mod, half}, op, "cos");
-    check_shape(sin, {pos_mod, half}, op, "sin");
-    if (2 * half > dim)
-        throw std::invalid_argument("rotary_embedding: cos/sin cover " + std::to_string(2 * half) +
-                                    " rotary dims but the head dim is " + std::to_string(dim));
-    if (pos_div < 1 || pos_mod < 1)
-        throw std::invalid_argument("rotary_embedding: pos_div and pos_mod must be >= 1");
-    if (sign != 1 && sign != -1) throw std::invalid_argument("rotary_embedding: sign must be 1 or -1");
-    checked(y, Use::Out, dt, {rows, dim}, op, "out");
+// The body, on pointers: x and y (rows, dim) of dtype dt; cos/sin float32 (pos_mod, half).
+void rotary_fwd_run(DType dt, const void* x, const float* cp, const float* sp, void* y, int64_t rows, int64_t dim,
+                    int64_t half, int64_t pos_div, int64_t pos_mod, bool interleaved, int sign) {
     dispatch(dt, [&](auto tag) {
         using T = decltype(tag);
-        const T* xp = cptr<T>(x);
-        T* yp = mptr<T>(y);
-        const float* cp = cptr<float>(cos);
-        const float* sp = cptr<float>(sin);
+        const T* xp = static_cast<const T*>(x);
+        T* yp = static_cast<T*>(y);
         const float sg = static_cast<float>(sign);
-        py::gil_scoped_release nogil;
-#pragma omp parallel for schedule(guided)
+#pragma omp parallel for schedule(guided) if (use_parallel(rows * dim))
         for (int64_t r = 0; r < rows; ++r) {
             const int64_t p = (r / pos_div) % pos_mod;
             const T* xr = xp + r * dim;
@@ -64,12 +44,61 @@ void rotary_fwd(py::array x, py::array cos, py::array sin, py::array y, int64_t 
     });
 }
 
+// The scalar arguments both bindings check the same way.
+void check_rotary_args(int64_t dim, int64_t half, int64_t pos_div, int64_t pos_mod, int sign) {
+    if (2 * half > dim)
+        throw std::invalid_argument("rotary_embedding: cos/sin cover " + std::to_string(2 * half) +
+                                    " rotary dims but the head dim is " + std::to_string(dim));
+    if (pos_div < 1 || pos_mod < 1)
+        throw std::invalid_argument("rotary_embedding: pos_div and pos_mod must be >= 1");
+    if (sign != 1 && sign != -1) throw std::invalid_argument("rotary_embedding: sign must be 1 or -1");
+}
+
+void rotary_fwd(py::array x, py::array cos, py::array sin, py::array y, int64_t pos_div, int64_t pos_mod,
+                bool interleaved, int sign) {
+    const char* op = "rotary_embedding";
+    check_contiguous(x, op, "x");
+    check_ndim(x, 2, op, "x");
+    const DType dt = dtype_of(x, op, "x");
+    const int64_t rows = x.shape(0), dim = x.shape(1);
+    check_f32(cos, op, "cos", false);
+    check_f32(sin, op, "sin", false);
+    check_ndim(cos, 2, op, "cos");
+    const int64_t half = cos.shape(1);
+    check_shape(cos, {pos_mod, half}, op, "cos");
+    check_shape(sin, {pos_mod, half}, op, "sin");
+    check_rotary_args(dim, half, pos_div, pos_mod, sign);
+    checked(y, Use::Out, dt, {rows, dim}, op, "out");
+    py::gil_scoped_release nogil;
+    rotary_fwd_run(dt, x.data(), cptr<float>(cos), cptr<float>(sin), y.mutable_data(), rows, dim, half, pos_div,
+                   pos_mod, interleaved, sign);
+}
+
+void rotary_fwd_raw(std::uintptr_t x, std::uintptr_t cos, std::uintptr_t sin, std::uintptr_t y, int64_t rows,
+                    int64_t dim, int64_t half, int64_t pos_div, int64_t pos_mod, bool interleaved, int sign,
+                    int dtype) {
+    const char* op = "rotary_embedding";
+    const DType dt = dtype_from_code(dtype, op);
+    check_dims({rows, dim, half}, op);
+    check_rotary_args(dim, half, pos_div, pos_mod, sign);
+    const void* xp = raw_ptr(x, op, "x");
+    const float* cp = static_cast<const float*>(raw_ptr(cos, op, "cos"));
+    const float* sp = static_cast<const float*>(raw_ptr(sin, op, "sin"));
+    void* yp = raw_ptr(y, op, "out");
+    py::gil_scoped_release nogil;
+    rotary_fwd_run(dt, xp, cp, sp, yp, rows, dim, half, pos_div, pos_mod, interleaved, sign);
+}
+
 }  // namespace
 
 void register_rotary(py::module_& m) {
     m.def("rotary_fwd", &rotary_fwd, py::arg("x"), py::arg("cos"), py::arg("sin"), py::arg("out"),
           py::arg("pos_div"), py::arg("pos_mod"), py::arg("interleaved"), py::arg("sign") = 1,
           "Rotary embedding of a (rows, head_dim) buffer; sign=-1 gives the backward rotation");
+    m.def("rotary_fwd_raw", &rotary_fwd_raw, py::arg("x"), py::arg("cos"), py::arg("sin"), py::arg("out"),
+          py::arg("rows"), py::arg("dim"), py::arg("half"), py::arg("pos_div"), py::arg("pos_mod"),
+          py::arg("interleaved"), py::arg("sign"), py::arg("dtype"),
+          "rotary_fwd on raw addresses; cos/sin float32 (pos_mod, half)");
 }
 
 }  // namespace hal

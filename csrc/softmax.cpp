@@ -10,6 +10,19 @@
 namespace hal {
 namespace {
 
+// The body both bindings call (with the GIL held: it allocates the scratch rows, then releases it).
+void softmax_fwd_run(DType dt, const void* x, const void* mask, int mask_kind, int64_t mrows, void* y, int64_t rows,
+                     int64_t cols, double scale, bool causal, int64_t q_len) {
+    const float sc = static_cast<float>(scale);
+    const HostKernels& k = host_kernels();
+    const uint8_t* mb = mask_kind == 1 ? static_cast<const uint8_t*>(mask) : nullptr;
+    const float* ma = mask_kind == 2 ? static_cast<const float*>(mask) : nullptr;
+    // one score row per thread, allocated here so that running out of memory is a MemoryError
+    std::vector<float> scratch(static_cast<size_t>(max_threads()) * static_cast<size_t>(cols));
+    py::gil_scoped_release nogil;
+    k.softmax_fwd(dt, x, mb, ma, mrows, y, rows, cols, sc, causal, q_len, scratch.data());
+}
+
 void softmax_fwd(py::array x, py::object mask, py::array y, double scale, bool causal, int64_t q_len) {
     const char* op = "softmax";
     check_contiguous(x, op, "x");
@@ -38,14 +51,25 @@ void softmax_fwd(py::array x, py::object mask, py::array y, double scale, bool c
             throw std::invalid_argument("softmax: mask has shape " + shape_str(mk) + ", which does not tile x " +
                                         shape_str(x));
     }
-    const float sc = static_cast<float>(scale);
-    const HostKernels& k = host_kernels();
-    const uint8_t* mb = mask_kind == 1 ? static_cast<const uint8_t*>(mk.data()) : nullptr;
-    const float* ma = mask_kind == 2 ? static_cast<const float*>(mk.data()) : nullptr;
-    // one score row per thread, allocated here so that running out of memory is a MemoryError
-    std::vector<float> scratch(static_cast<size_t>(max_threads()) * static_cast<size_t>(cols));
-    py::gil_scoped_release nogil;
-    k.softmax_fwd(dt, x.data(), mb, ma, mrows, y.mutable_data(), rows, cols, sc, causal, q_len, scratch.data());
+    softmax_fwd_run(dt, x.data(), mask_kind == 0 ? nullptr : mk.data(), mask_kind, mrows, y.mutable_data(), rows,
+                    cols, scale, causal, q_len);
+}
+
+// softmax_fwd on raw addresses; mask: 0 when mask_kind is 0, else (mask_rows, cols) tiling x's rows
+void softmax_fwd_raw(std::uintptr_t x, std::uintptr_t mask, int mask_kind, int64_t mask_rows, std::uintptr_t y,
+                     int64_t rows, int64_t cols, int dtype, double scale, bool causal, int64_t q_len) {
+    const char* op = "softmax";
+    const DType dt = dtype_from_code(dtype, op);
+    check_dims({rows, cols}, op);
+    if (causal && q_len < 1) throw std::invalid_argument("softmax: causal needs q_len >= 1");
+    if (mask_kind < 0 || mask_kind > 2)
+        throw std::invalid_argument("softmax: mask_kind must be 0 (none), 1 (bool) or 2 (float32 added)");
+    const void* mp = mask_kind ? raw_ptr(mask, op, "mask") : nullptr;
+    if (mask_kind && (mask_rows < 1 || rows % mask_rows != 0))
+        throw std::invalid_argument("softmax: " + std::to_string(mask_rows) + " mask rows do not tile " +
+                                    std::to_string(rows) + " rows");
+    softmax_fwd_run(dt, raw_ptr(x, op, "x"), mp, mask_kind, mask_kind ? mask_rows : 1, raw_ptr(y, op, "out"), rows,
+                    cols, scale, causal, q_len);
 }
 
 // dx = scale * y * (dy - sum(dy * y))
@@ -63,6 +87,18 @@ void softmax_bwd(py::array dy, py::array y, py::array dx, double scale) {
     k.softmax_bwd(dt, dy.data(), y.data(), dx.mutable_data(), rows, cols, sc);
 }
 
+void softmax_bwd_raw(std::uintptr_t dy, std::uintptr_t y, std::uintptr_t dx, int64_t rows, int64_t cols, int dtype,
+                     double scale) {
+    const char* op = "softmax_backward";
+    const DType dt = dtype_from_code(dtype, op);
+    check_dims({rows, cols}, op);
+    const void *gp = raw_ptr(dy, op, "grad"), *yp = raw_ptr(y, op, "out");
+    void* dxp = raw_ptr(dx, op, "grad_x");
+    const HostKernels& k = host_kernels();
+    py::gil_scoped_release nogil;
+    k.softmax_bwd(dt, gp, yp, dxp, rows, cols, static_cast<float>(scale));
+}
+
 }  // namespace
 
 void register_softmax(py::module_& m) {
@@ -70,6 +106,13 @@ void register_softmax(py::module_& m) {
           py::arg("causal"), py::arg("q_len"), "softmax(scale * x + mask) over the last dim, optionally causal");
     m.def("softmax_bwd", &softmax_bwd, py::arg("grad"), py::arg("out"), py::arg("grad_x"), py::arg("scale"),
           "softmax backward from the forward output");
+    // raw entries (addresses, dims, dtype code; the caller keeps the contract of common.h)
+    m.def("softmax_fwd_raw", &softmax_fwd_raw, py::arg("x"), py::arg("mask"), py::arg("mask_kind"),
+          py::arg("mask_rows"), py::arg("out"), py::arg("rows"), py::arg("cols"), py::arg("dtype"), py::arg("scale"),
+          py::arg("causal"), py::arg("q_len"),
+          "softmax_fwd on raw addresses; mask_kind 0 none (mask 0), 1 bool/uint8, 2 float32 added");
+    m.def("softmax_bwd_raw", &softmax_bwd_raw, py::arg("grad"), py::arg("out"), py::arg("grad_x"), py::arg("rows"),
+          py::arg("cols"), py::arg("dtype"), py::arg("scale"), "softmax_bwd on raw addresses");
 }
 
 }  // namespace hal

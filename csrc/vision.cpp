@@ -33,7 +33,8 @@ py::array_t<int64_t> nms(py::array_t<double, py::array::c_style | py::array::for
             const int64_t i = order[a];
             if (gone[i]) continue;
             keep.push_back(i);
-#pragma omp parallel for schedule(static) if (n - a > 4096)
+            // about 8 values read per candidate box (its 4 coordinates, area, order, gone)
+#pragma omp parallel for schedule(static) if (use_parallel((n - a - 1) * 8))
             for (int64_t c = a + 1; c < n; ++c) {
                 const int64_t j = order[c];
                 if (gone[j]) continue;
@@ -89,14 +90,10 @@ inline bool bilinear(float y, float x, int64_t H, int64_t W, int64_t idx[4], flo
     return true;
 }
 
-void check_rois(const py::array& rois, int64_t batch, const char* op) {
-    check_f32(rois, op, "boxes", false);
-    check_ndim(rois, 2, op, "boxes");
-    if (rois.shape(1) != 5)
-        throw std::invalid_argument(std::string(op) + ": boxes has shape " + shape_str(rois) +
-                                    ", expected (K, 5) as (batch_index, x1, y1, x2, y2)");
-    const float* r = cptr<float>(rois);
-    for (int64_t k = 0; k < rois.shape(0); ++k) {
+// Every box's batch index is an integer in [0, batch): checked by both bindings, since a bad one
+// would read outside the input.
+void check_roi_batches(const float* r, int64_t K, int64_t batch, const char* op) {
+    for (int64_t k = 0; k < K; ++k) {
         const float bi = r[5 * k];
         if (!(bi >= 0.0f) || bi >= static_cast<float>(batch) || bi != std::floor(bi))
             throw std::invalid_argument(std::string(op) + ": boxes[" + std::to_string(k) + "] has batch index " +
@@ -105,30 +102,40 @@ void check_rois(const py::array& rois, int64_t batch, const char* op) {
     }
 }
 
-void roi_align_fwd(py::array input, py::array rois, py::array out, double spatial_scale, int64_t sampling_ratio,
-                   bool aligned) {
-    const char* op = "roi_align";
-    check_contiguous(input, op, "input");
-    check_ndim(input, 4, op, "input");
-    const DType dt = dtype_of(input, op, "input");
-    const int64_t N = input.shape(0), C = input.shape(1), H = input.shape(2), W = input.shape(3);
-    check_rois(rois, N, op);
-    const int64_t K = rois.shape(0);
-    check_output(out, dt, op, "out");
-    check_ndim(out, 4, op, "out");
-    const int64_t PH = out.shape(2), PW = out.shape(3);
-    check_shape(out, {K, C, PH, PW}, op, "out");
-    const float scale = static_cast<float>(spatial_scale);
+void check_rois(const py::array& rois, int64_t batch, const char* op) {
+    check_f32(rois, op, "boxes", false);
+    check_ndim(rois, 2, op, "boxes");
+    if (rois.shape(1) != 5)
+        throw std::invalid_argument(std::string(op) + ": boxes has shape " + shape_str(rois) +
+                                    ", expected (K, 5) as (batch_index, x1, y1, x2, y2)");
+    check_roi_batches(cptr<float>(rois), rois.shape(0), batch, op);
+}
+
+
+// Shapes of a RoIAlign call: input (N, C, H, W), boxes (K, 5), pooled (K, C, PH, PW).
+struct RoiShape {
+    int64_t N, C, H, W, K, PH, PW;
+};
+
+struct RoiParams {
+    float scale;
+    int64_t sampling;
+    bool aligned;
+};
+
+// The bodies both bindings call, with the GIL released; the boxes' batch indices are checked.
+void roi_align_fwd_run(DType dt, const void* input, const float* rp, void* out, const RoiShape& s,
+                       const RoiParams& a) {
+    const int64_t C = s.C, H = s.H, W = s.W, K = s.K, PH = s.PH, PW = s.PW;
     dispatch(dt, [&](auto tag) {
         using T = decltype(tag);
-        const T* ip = cptr<T>(input);
-        T* op_ = mptr<T>(out);
-        const float* rp = cptr<float>(rois);
-        py::gil_scoped_release nogil;
-#pragma omp parallel for schedule(dynamic, 1) collapse(2)
+        const T* ip = static_cast<const T*>(input);
+        T* op_ = static_cast<T*>(out);
+        // at least the 4 bilinear taps of one sample per pooled element
+#pragma omp parallel for schedule(dynamic, 1) collapse(2) if (use_parallel(K * C * PH * PW * 4))
         for (int64_t k = 0; k < K; ++k) {
             for (int64_t c = 0; c < C; ++c) {
-                const RoiGeom g = roi_geom(rp + 5 * k, scale, PH, PW, sampling_ratio, aligned);
+                const RoiGeom g = roi_geom(rp + 5 * k, a.scale, PH, PW, a.sampling, a.aligned);
                 const T* plane = ip + (g.batch * C + c) * H * W;
                 T* o = op_ + (k * C + c) * PH * PW;
                 const float count = static_cast<float>(std::max<int64_t>(g.grid_h * g.grid_w, 1));
@@ -154,36 +161,21 @@ void roi_align_fwd(py::array input, py::array rois, py::array out, double spatia
 }
 
 // grad_input (float32, N, C, H, W) = scatter of grad (K, C, PH, PW) through the same weights
-void roi_align_bwd(py::array grad, py::array rois, py::array grad_input, double spatial_scale,
-                   int64_t sampling_ratio, bool aligned) {
-    const char* op = "roi_align_backward";
-    check_contiguous(grad, op, "grad");
-    check_ndim(grad, 4, op, "grad");
-    const DType dt = dtype_of(grad, op, "grad");
-    const int64_t K = grad.shape(0), C = grad.shape(1), PH = grad.shape(2), PW = grad.shape(3);
-    check_f32(grad_input, op, "grad_input", true);
-    check_ndim(grad_input, 4, op, "grad_input");
-    const int64_t N = grad_input.shape(0), H = grad_input.shape(2), W = grad_input.shape(3);
-    if (grad_input.shape(1) != C)
-        throw std::invalid_argument("roi_align_backward: grad_input has " + std::to_string(grad_input.shape(1)) +
-                                    " channels, grad has " + std::to_string(C));
-    check_rois(rois, N, op);
-    check_shape(rois, {K, 5}, op, "boxes");
-    const float scale = static_cast<float>(spatial_scale);
+void roi_align_bwd_run(DType dt, const void* grad, const float* rp, float* gi, const RoiShape& s,
+                       const RoiParams& a) {
+    const int64_t N = s.N, C = s.C, H = s.H, W = s.W, K = s.K, PH = s.PH, PW = s.PW;
     dispatch(dt, [&](auto tag) {
         using T = decltype(tag);
-        const T* gp = cptr<T>(grad);
-        float* gi = mptr<float>(grad_input);
-        const float* rp = cptr<float>(rois);
-        py::gil_scoped_release nogil;
+        const T* gp = static_cast<const T*>(grad);
         std::fill(gi, gi + N * C * H * W, 0.0f);
-        // each channel plane is written by one thread only: parallel over channels
-#pragma omp parallel for schedule(static)
+        // each channel plane is written by one thread only, boxes in order: parallel over channels,
+        // and the sums are the same for any thread count
+#pragma omp parallel for schedule(static) if (use_parallel(K * C * PH * PW * 4))
         for (int64_t c = 0; c < C; ++c) {
             int64_t idx[4];
             float wt[4];
             for (int64_t k = 0; k < K; ++k) {
-                const RoiGeom g = roi_geom(rp + 5 * k, scale, PH, PW, sampling_ratio, aligned);
+                const RoiGeom g = roi_geom(rp + 5 * k, a.scale, PH, PW, a.sampling, a.aligned);
                 float* plane = gi + (g.batch * C + c) * H * W;
                 const T* go = gp + (k * C + c) * PH * PW;
                 const float count = static_cast<float>(std::max<int64_t>(g.grid_h * g.grid_w, 1));
@@ -205,6 +197,78 @@ void roi_align_bwd(py::array grad, py::array rois, py::array grad_input, double 
     });
 }
 
+void roi_align_fwd(py::array input, py::array rois, py::array out, double spatial_scale, int64_t sampling_ratio,
+                   bool aligned) {
+    const char* op = "roi_align";
+    check_contiguous(input, op, "input");
+    check_ndim(input, 4, op, "input");
+    const DType dt = dtype_of(input, op, "input");
+    const int64_t N = input.shape(0), C = input.shape(1), H = input.shape(2), W = input.shape(3);
+    check_rois(rois, N, op);
+    const int64_t K = rois.shape(0);
+    check_output(out, dt, op, "out");
+    check_ndim(out, 4, op, "out");
+    const int64_t PH = out.shape(2), PW = out.shape(3);
+    check_shape(out, {K, C, PH, PW}, op, "out");
+    py::gil_scoped_release nogil;
+    roi_align_fwd_run(dt, input.data(), cptr<float>(rois), out.mutable_data(), {N, C, H, W, K, PH, PW},
+                      {static_cast<float>(spatial_scale), sampling_ratio, aligned});
+}
+
+void roi_align_bwd(py::array grad, py::array rois, py::array grad_input, double spatial_scale,
+                   int64_t sampling_ratio, bool aligned) {
+    const char* op = "roi_align_backward";
+    check_contiguous(grad, op, "grad");
+    check_ndim(grad, 4, op, "grad");
+    const DType dt = dtype_of(grad, op, "grad");
+    const int64_t K = grad.shape(0), C = grad.shape(1), PH = grad.shape(2), PW = grad.shape(3);
+    check_f32(grad_input, op, "grad_input", true);
+    check_ndim(grad_input, 4, op, "grad_input");
+    const int64_t N = grad_input.shape(0), H = grad_input.shape(2), W = grad_input.shape(3);
+    if (grad_input.shape(1) != C)
+        throw std::invalid_argument("roi_align_backward: grad_input has " + std::to_string(grad_input.shape(1)) +
+                                    " channels, grad has " + std::to_string(C));
+    check_rois(rois, N, op);
+    check_shape(rois, {K, 5}, op, "boxes");
+    py::gil_scoped_release nogil;
+    roi_align_bwd_run(dt, grad.data(), cptr<float>(rois), mptr<float>(grad_input), {N, C, H, W, K, PH, PW},
+                      {static_cast<float>(spatial_scale), sampling_ratio, aligned});
+}
+
+// ---- raw entries: addresses from Tensor.data_ptr(); the caller keeps the contract of common.h.
+// boxes: float32 (K, 5); input/out (fwd) and grad (bwd) of the dtype code; grad_input float32.
+using addr = std::uintptr_t;
+
+void roi_align_fwd_raw(addr input, addr rois, addr out, int64_t N, int64_t C, int64_t H, int64_t W, int64_t K,
+                       int64_t PH, int64_t PW, int dtype, double spatial_scale, int64_t sampling_ratio,
+                       bool aligned) {
+    const char* op = "roi_align";
+    const DType dt = dtype_from_code(dtype, op);
+    check_dims({N, C, H, W, K, PH, PW}, op);
+    const void* ip = raw_ptr(input, op, "input");
+    const float* rp = static_cast<const float*>(raw_ptr(rois, op, "boxes"));
+    void* outp = raw_ptr(out, op, "out");
+    check_roi_batches(rp, K, N, op);
+    py::gil_scoped_release nogil;
+    roi_align_fwd_run(dt, ip, rp, outp, {N, C, H, W, K, PH, PW}, {static_cast<float>(spatial_scale), sampling_ratio,
+                                                                  aligned});
+}
+
+void roi_align_bwd_raw(addr grad, addr rois, addr grad_input, int64_t N, int64_t C, int64_t H, int64_t W,
+                       int64_t K, int64_t PH, int64_t PW, int dtype, double spatial_scale, int64_t sampling_ratio,
+                       bool aligned) {
+    const char* op = "roi_align_backward";
+    const DType dt = dtype_from_code(dtype, op);
+    check_dims({N, C, H, W, K, PH, PW}, op);
+    const void* gp = raw_ptr(grad, op, "grad");
+    const float* rp = static_cast<const float*>(raw_ptr(rois, op, "boxes"));
+    float* gi = static_cast<float*>(raw_ptr(grad_input, op, "grad_input"));
+    check_roi_batches(rp, K, N, op);
+    py::gil_scoped_release nogil;
+    roi_align_bwd_run(dt, gp, rp, gi, {N, C, H, W, K, PH, PW}, {static_cast<float>(spatial_scale), sampling_ratio,
+                                                               aligned});
+}
+
 }  // namespace
 
 void register_vision(py::module_& m) {
@@ -216,6 +280,13 @@ void register_vision(py::module_& m) {
     m.def("roi_align_bwd", &roi_align_bwd, py::arg("grad"), py::arg("boxes"), py::arg("grad_input"),
           py::arg("spatial_scale"), py::arg("sampling_ratio"), py::arg("aligned"),
           "RoIAlign backward into a float32 grad_input (N, C, H, W)");
+    m.def("roi_align_fwd_raw", &roi_align_fwd_raw, py::arg("input"), py::arg("boxes"), py::arg("out"), py::arg("N"),
+          py::arg("C"), py::arg("H"), py::arg("W"), py::arg("K"), py::arg("PH"), py::arg("PW"), py::arg("dtype"),
+          py::arg("spatial_scale"), py::arg("sampling_ratio"), py::arg("aligned"), "roi_align_fwd on raw addresses");
+    m.def("roi_align_bwd_raw", &roi_align_bwd_raw, py::arg("grad"), py::arg("boxes"), py::arg("grad_input"),
+          py::arg("N"), py::arg("C"), py::arg("H"), py::arg("W"), py::arg("K"), py::arg("PH"), py::arg("PW"),
+          py::arg("dtype"), py::arg("spatial_scale"), py::arg("sampling_ratio"), py::arg("aligned"),
+          "roi_align_bwd on raw addresses (grad_input float32)");
 }
 
 }  // namespace hal

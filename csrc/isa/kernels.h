@@ -5,7 +5,8 @@
 // Everything is in HAL_ISA_NS or an anonymous namespace, and nothing here instantiates a
 // standard-library template (no std::vector, std::min ...): any function with external,
 // mergeable linkage would let the linker keep the AVX-512 copy for every caller.  The
-// softmax scratch rows therefore come from the caller.
+// softmax scratch rows therefore come from the caller.  Every parallel region opens only when
+// hal::use_parallel (parallel.h, defined once in a baseline object) says the call is big enough.
 #ifndef HAL_ISA_NS
 #error "define HAL_ISA_NS before including isa/kernels.h"
 #endif
@@ -51,7 +52,7 @@ void swiglu_fwd(DType dt, const void* x, void* y, int64_t rows, int64_t n) {
         using T = decltype(tag);
         const T* xp = static_cast<const T*>(x);
         T* yp = static_cast<T*>(y);
-#pragma omp parallel for schedule(guided)
+#pragma omp parallel for schedule(guided) if (use_parallel(rows * 2 * n))
         for (int64_t r = 0; r < rows; ++r) {
             const T* a = xp + r * 2 * n;
             const T* b = a + n;
@@ -71,7 +72,7 @@ void swiglu_bwd(DType dt, const void* grad, const void* x, void* grad_x, int64_t
         const T* xp = static_cast<const T*>(x);
         const T* gp = static_cast<const T*>(grad);
         T* dxp = static_cast<T*>(grad_x);
-#pragma omp parallel for schedule(guided)
+#pragma omp parallel for schedule(guided) if (use_parallel(rows * 2 * n))
         for (int64_t r = 0; r < rows; ++r) {
             const T* a = xp + r * 2 * n;
             const T* b = a + n;
@@ -89,23 +90,40 @@ void swiglu_bwd(DType dt, const void* grad, const void* x, void* grad_x, int64_t
     });
 }
 
+// Element-wise loops run over fixed blocks of kElemBlock elements, whatever the team: which
+// elements a vector body or a scalar tail computes then depends on n alone, so the results are
+// bitwise the same serial or parallel and for any thread count (vector and scalar code may
+// round differently).  body(i0, i1) loops over [i0, i1) with `omp simd`.
+constexpr int64_t kElemBlock = 4096;
+
+template <class Body>
+inline void by_blocks(int64_t n, Body&& body) {
+    const int64_t blocks = (n + kElemBlock - 1) / kElemBlock;
+#pragma omp parallel for schedule(guided) if (use_parallel(n))
+    for (int64_t b = 0; b < blocks; ++b) body(b * kElemBlock, b + 1 == blocks ? n : (b + 1) * kElemBlock);
+}
+
 void gelu_fwd(DType dt, const void* x, void* y, int64_t n, bool tanh_approx) {
     by_dtype(dt, [&](auto tag) {
         using T = decltype(tag);
         const T* xp = static_cast<const T*>(x);
         T* yp = static_cast<T*>(y);
         if (tanh_approx) {
-#pragma omp parallel for simd schedule(guided)
-            for (int64_t i = 0; i < n; ++i) {
-                const float v = load(xp, i);
-                store(yp, i, v * sigmoid_f(2.0f * kSqrt2_Pi * (v + kGeluC * v * v * v)));  // 0.5v(1+tanh u) = v*sigmoid(2u)
-            }
+            by_blocks(n, [&](int64_t i0, int64_t i1) {
+#pragma omp simd
+                for (int64_t i = i0; i < i1; ++i) {
+                    const float v = load(xp, i);
+                    store(yp, i, v * sigmoid_f(2.0f * kSqrt2_Pi * (v + kGeluC * v * v * v)));  // 0.5v(1+tanh u) = v*sigmoid(2u)
+                }
+            });
         } else {
-#pragma omp parallel for simd schedule(guided)
-            for (int64_t i = 0; i < n; ++i) {
-                const float v = load(xp, i);
-                store(yp, i, 0.5f * v * one_plus_erf(v * kSqrt1_2));
-            }
+            by_blocks(n, [&](int64_t i0, int64_t i1) {
+#pragma omp simd
+                for (int64_t i = i0; i < i1; ++i) {
+                    const float v = load(xp, i);
+                    store(yp, i, 0.5f * v * one_plus_erf(v * kSqrt1_2));
+                }
+            });
         }
     });
 }
@@ -117,21 +135,25 @@ void gelu_bwd(DType dt, const void* grad, const void* x, void* grad_x, int64_t n
         const T* gp = static_cast<const T*>(grad);
         T* dp = static_cast<T*>(grad_x);
         if (tanh_approx) {
-#pragma omp parallel for simd schedule(guided)
-            for (int64_t i = 0; i < n; ++i) {
-                const float v = load(xp, i);
-                // with s = sigmoid(2u): 0.5(1 + tanh u) = s and 0.5(1 - tanh^2 u) = 2s(1 - s)
-                const float s = sigmoid_f(2.0f * kSqrt2_Pi * (v + kGeluC * v * v * v));
-                const float d = s + 2.0f * v * s * (1.0f - s) * kSqrt2_Pi * (1.0f + 3.0f * kGeluC * v * v);
-                store(dp, i, load(gp, i) * d);
-            }
+            by_blocks(n, [&](int64_t i0, int64_t i1) {
+#pragma omp simd
+                for (int64_t i = i0; i < i1; ++i) {
+                    const float v = load(xp, i);
+                    // with s = sigmoid(2u): 0.5(1 + tanh u) = s and 0.5(1 - tanh^2 u) = 2s(1 - s)
+                    const float s = sigmoid_f(2.0f * kSqrt2_Pi * (v + kGeluC * v * v * v));
+                    const float d = s + 2.0f * v * s * (1.0f - s) * kSqrt2_Pi * (1.0f + 3.0f * kGeluC * v * v);
+                    store(dp, i, load(gp, i) * d);
+                }
+            });
         } else {
-#pragma omp parallel for simd schedule(guided)
-            for (int64_t i = 0; i < n; ++i) {
-                const float v = load(xp, i);
-                const float d = 0.5f * one_plus_erf(v * kSqrt1_2) + v * kInvSqrt2Pi * exp_f(-0.5f * v * v);
-                store(dp, i, load(gp, i) * d);
-            }
+            by_blocks(n, [&](int64_t i0, int64_t i1) {
+#pragma omp simd
+                for (int64_t i = i0; i < i1; ++i) {
+                    const float v = load(xp, i);
+                    const float d = 0.5f * one_plus_erf(v * kSqrt1_2) + v * kInvSqrt2Pi * exp_f(-0.5f * v * v);
+                    store(dp, i, load(gp, i) * d);
+                }
+            });
         }
     });
 }
@@ -145,7 +167,7 @@ void softmax_fwd(DType dt, const void* x, const uint8_t* mb, const float* ma, in
         using T = decltype(tag);
         const T* xp = static_cast<const T*>(x);
         T* yp = static_cast<T*>(y);
-#pragma omp parallel
+#pragma omp parallel if (use_parallel(rows * cols))
         {
             float* v = scratch + static_cast<int64_t>(thread_num()) * cols;
 #pragma omp for schedule(guided)
@@ -193,7 +215,7 @@ void softmax_bwd(DType dt, const void* grad, const void* y, void* grad_x, int64_
         const T* gp = static_cast<const T*>(grad);
         const T* yp = static_cast<const T*>(y);
         T* dp = static_cast<T*>(grad_x);
-#pragma omp parallel for schedule(guided)
+#pragma omp parallel for schedule(guided) if (use_parallel(rows * cols))
         for (int64_t r = 0; r < rows; ++r) {
             const T* gr = gp + r * cols;
             const T* yr = yp + r * cols;

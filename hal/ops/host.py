@@ -8,6 +8,14 @@ back.  Non-contiguous inputs are made contiguous first.
 
 Used by ``hal.ops`` (the CPU backend's fused kernels, and the last-resort fallback of
 every other device) and by device emulators that want native speed on the host.
+
+The kernels are called through their raw entries (``hal._C.*_raw``: ``Tensor.data_ptr()``
+addresses, dims and a dtype code), which skip numpy and its per-buffer checks.  This module
+keeps their contract (csrc/common.h): every buffer it passes is a live, C-contiguous CPU
+tensor of the kernel's dtype (float32 where the kernel says so) whose shape matches the
+dims passed, and outputs are fresh tensors.  A CPU input that is already contiguous and of
+the kernel's dtype is used in place (no detach, no copy); anything else gets a contiguous
+host copy first, as before.  Shapes the kernels would have refused raise ValueError here.
 """
 from __future__ import annotations
 
@@ -19,6 +27,8 @@ import torch
 from hal.ops._dispatch import KernelUnsupported
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+# the dtype argument of hal._C's raw entries (hal._C.DTYPE_CODES)
+_CODE = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}
 _C = None
 _C_ERROR: Optional[str] = None
 
@@ -54,19 +64,31 @@ def _check(op: str, *tensors: torch.Tensor) -> None:
                                     per_dtype=True)
 
 
-def _host(t: torch.Tensor) -> torch.Tensor:
-    return t.detach().to("cpu").contiguous()
-
-
-def _np(t: torch.Tensor):
-    """A numpy view sharing ``t``'s memory (bfloat16 as int16)."""
-    if t.dtype == torch.bfloat16:
-        return t.view(torch.int16).numpy()
-    return t.numpy()
+def _host(t: torch.Tensor, dtype: Optional[torch.dtype] = None) -> torch.Tensor:
+    """``t`` as a C-contiguous CPU tensor of ``dtype`` (``t``'s own when None): ``t`` itself when
+    it is one already (only its address is used), else a contiguous host copy."""
+    if t.is_cpu and (dtype is None or t.dtype == dtype) and t.is_contiguous():  # is_cpu: no device object
+        return t
+    h = t.detach().to("cpu").contiguous()
+    return h if dtype is None else h.to(dtype)
 
 
 def _back(t: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
-    return t if like.device.type == "cpu" else t.to(like.device)
+    return t if like.is_cpu else t.to(like.device)
+
+
+def _want(ok: bool, op: str, name: str, t: torch.Tensor, expected: str) -> None:
+    """ValueError for a buffer whose shape the kernel cannot take (the raw entries do not check)."""
+    if not ok:
+        raise ValueError(f"host kernel {op}: {name} has shape {tuple(t.shape)}, expected {expected}")
+
+
+def _vector(op: str, name: str, t: torch.Tensor, n: int) -> None:
+    _want(t.dim() == 1 and t.shape[0] == n, op, name, t, f"({n},)")
+
+
+def _same_size(op: str, name: str, t: torch.Tensor, x: torch.Tensor) -> None:
+    _want(t.numel() == x.numel(), op, name, t, f"{tuple(x.shape)} (as many elements as x)")
 
 
 # -- norms -----------------------------------------------------------------------------
@@ -74,10 +96,13 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """RMSNorm over the last dim: ``x / sqrt(mean(x**2) + eps) * weight``."""
     _check("rms_norm", x)
     C = native()
-    xh, wh = _host(x), _host(weight).to(x.dtype)
+    n = x.shape[-1]
+    xh, wh = _host(x), _host(weight, x.dtype)
+    _vector("rms_norm", "weight", wh, n)
     y = torch.empty_like(xh)
     if x.numel():
-        C.rms_norm_fwd(_np(xh.view(-1, x.shape[-1])), _np(wh), _np(y.view(-1, x.shape[-1])), float(eps))
+        C.rms_norm_fwd_raw(xh.data_ptr(), wh.data_ptr(), y.data_ptr(), x.numel() // n, n, _CODE[x.dtype],
+                           float(eps))
     return _back(y, x)
 
 
@@ -87,11 +112,13 @@ def add_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float,
     _check("add_rms_norm", x)
     C = native()
     n = x.shape[-1]
-    xh, wh, rh = _host(x), _host(weight).to(x.dtype), _host(residual).to(x.dtype)
+    xh, wh, rh = _host(x), _host(weight, x.dtype), _host(residual, x.dtype)
+    _vector("add_rms_norm", "weight", wh, n)
+    _same_size("add_rms_norm", "residual", rh, x)
     y, h = torch.empty_like(xh), torch.empty_like(xh)
     if x.numel():
-        C.add_rms_norm_fwd(_np(xh.view(-1, n)), _np(rh.view(-1, n)), _np(wh), _np(y.view(-1, n)),
-                           _np(h.view(-1, n)), float(eps))
+        C.add_rms_norm_fwd_raw(xh.data_ptr(), rh.data_ptr(), wh.data_ptr(), y.data_ptr(), h.data_ptr(),
+                               x.numel() // n, n, _CODE[x.dtype], float(eps))
     return _back(y, x), _back(h, x)
 
 
@@ -101,12 +128,14 @@ def rms_norm_backward(grad: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
     _check("rms_norm_backward", x)
     C = native()
     n = x.shape[-1]
-    xh, gh, wh = _host(x), _host(grad).to(x.dtype), _host(weight).to(x.dtype)
+    xh, gh, wh = _host(x), _host(grad, x.dtype), _host(weight, x.dtype)
+    _vector("rms_norm_backward", "weight", wh, n)
+    _same_size("rms_norm_backward", "grad", gh, x)
     dx = torch.empty_like(xh)
     dw = torch.zeros(n, dtype=torch.float32)
     if x.numel():
-        C.rms_norm_bwd(_np(gh.view(-1, n)), _np(xh.view(-1, n)), _np(wh), _np(dx.view(-1, n)), dw.numpy(),
-                       float(eps))
+        C.rms_norm_bwd_raw(gh.data_ptr(), xh.data_ptr(), wh.data_ptr(), dx.data_ptr(), dw.data_ptr(),
+                           x.numel() // n, n, _CODE[x.dtype], float(eps))
     return _back(dx, x), _back(dw.to(weight.dtype), weight)
 
 
@@ -119,15 +148,20 @@ def layer_norm(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tenso
     _check("layer_norm", x)
     C = native()
     n = x.shape[-1]
-    xh, wh = _host(x), _host(weight).to(x.dtype)
-    bh = None if bias is None else _host(bias).to(x.dtype)
-    rh = None if residual is None else _host(residual).to(x.dtype)
+    xh, wh = _host(x), _host(weight, x.dtype)
+    _vector("layer_norm", "weight", wh, n)
+    bh = None if bias is None else _host(bias, x.dtype)
+    if bh is not None:
+        _vector("layer_norm", "bias", bh, n)
+    rh = None if residual is None else _host(residual, x.dtype)
+    if rh is not None:
+        _same_size("layer_norm", "residual", rh, x)
     y = torch.empty_like(xh)
     h = None if rh is None else torch.empty_like(xh)
     if x.numel():
-        C.layer_norm_fwd(_np(xh.view(-1, n)), None if rh is None else _np(rh.view(-1, n)), _np(wh),
-                         None if bh is None else _np(bh), _np(y.view(-1, n)),
-                         None if h is None else _np(h.view(-1, n)), float(eps))
+        C.layer_norm_fwd_raw(xh.data_ptr(), 0 if rh is None else rh.data_ptr(), wh.data_ptr(),
+                             0 if bh is None else bh.data_ptr(), y.data_ptr(), 0 if h is None else h.data_ptr(),
+                             x.numel() // n, n, _CODE[x.dtype], float(eps))
     if residual is None:
         return _back(y, x)
     return _back(y, x), _back(h, x)
@@ -142,18 +176,31 @@ def layer_norm_backward(grad: torch.Tensor, grad_residual_out: Optional[torch.Te
     _check("layer_norm_backward", x)
     C = native()
     n = x.shape[-1]
-    xh, gh, wh = _host(x), _host(grad).to(x.dtype), _host(weight).to(x.dtype)
-    eh = None if grad_residual_out is None else _host(grad_residual_out).to(x.dtype)
+    xh, gh, wh = _host(x), _host(grad, x.dtype), _host(weight, x.dtype)
+    _vector("layer_norm_backward", "weight", wh, n)
+    _same_size("layer_norm_backward", "grad", gh, x)
+    eh = None if grad_residual_out is None else _host(grad_residual_out, x.dtype)
+    if eh is not None:
+        _same_size("layer_norm_backward", "grad_residual_out", eh, x)
     dx = torch.empty_like(xh)
     dw = torch.zeros(n, dtype=torch.float32)
     db = torch.zeros(n, dtype=torch.float32)
     if x.numel():
-        C.layer_norm_bwd(_np(gh.view(-1, n)), None if eh is None else _np(eh.view(-1, n)), _np(xh.view(-1, n)),
-                         _np(wh), _np(dx.view(-1, n)), dw.numpy(), db.numpy(), float(eps))
+        C.layer_norm_bwd_raw(gh.data_ptr(), 0 if eh is None else eh.data_ptr(), xh.data_ptr(), wh.data_ptr(),
+                             dx.data_ptr(), dw.data_ptr(), db.data_ptr(), x.numel() // n, n, _CODE[x.dtype],
+                             float(eps))
     return _back(dx, x), _back(dw.to(weight.dtype), weight), _back(db.to(weight.dtype), weight)
 
 
 # -- rotary ----------------------------------------------------------------------------
+def _angles(t: torch.Tensor, seq: int) -> torch.Tensor:
+    """A cos/sin table whose first ``seq`` rows are those of ``t``, as a contiguous float32 CPU tensor:
+    ``t`` itself when it is one already (the kernel reads rows < seq only), else a copy of ``t[:seq]``."""
+    if t.is_cpu and t.dtype == torch.float32 and t.dim() == 2 and t.is_contiguous():
+        return t
+    return _host(t[:seq], torch.float32)
+
+
 def rotary_embedding(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, interleaved: bool = False,
                      seq_dim: int = 1) -> torch.Tensor:
     """Rotary embedding; see :func:`hal.ops.rotary_embedding` for the layout."""
@@ -163,26 +210,35 @@ def rotary_embedding(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, inte
     seq = x.shape[seq_dim]
     pos_div = math.prod(x.shape[seq_dim + 1:-1])
     xh = _host(x)
-    c = _host(cos[:seq]).float()
-    s = _host(sin[:seq]).float()
+    c, s = _angles(cos, seq), _angles(sin, seq)
+    ok = c.dim() == 2 and c.shape[0] >= seq
+    _want(ok, "rotary_embedding", "cos", cos, f"({seq}, rotary_dim / 2)")
+    _want(s.dim() == 2 and s.shape[0] >= seq and s.shape[1] == c.shape[1], "rotary_embedding", "sin", sin,
+          f"({seq}, {c.shape[1]})")
     y = torch.empty_like(xh)
     if x.numel():
         d = x.shape[-1]
-        C.rotary_fwd(_np(xh.view(-1, d)), c.numpy(), s.numpy(), _np(y.view(-1, d)), max(pos_div, 1), seq,
-                     bool(interleaved), 1)
+        C.rotary_fwd_raw(xh.data_ptr(), c.data_ptr(), s.data_ptr(), y.data_ptr(), x.numel() // d, d, c.shape[1],
+                         max(pos_div, 1), seq, bool(interleaved), 1, _CODE[x.dtype])
     return _back(y, x)
 
 
 # -- activations -----------------------------------------------------------------------
+def _even(op: str, n: int) -> None:
+    if n % 2:
+        raise ValueError(f"{op}: the last dim of x is {n}; it must be even ([gate | up] halves)")
+
+
 def swiglu(x: torch.Tensor) -> torch.Tensor:
     """``silu(a) * b`` where ``a, b`` are the two halves of the last dim of ``x``."""
     _check("swiglu", x)
     C = native()
     xh = _host(x)
     n = x.shape[-1]
+    _even("swiglu", n)
     y = torch.empty(*x.shape[:-1], n // 2, dtype=x.dtype)
     if x.numel():
-        C.swiglu_fwd(_np(xh.view(-1, n)), _np(y.view(-1, n // 2)))
+        C.swiglu_fwd_raw(xh.data_ptr(), y.data_ptr(), x.numel() // n, n // 2, _CODE[x.dtype])
     return _back(y, x)
 
 
@@ -191,10 +247,12 @@ def swiglu_backward(grad: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     _check("swiglu_backward", x)
     C = native()
     n = x.shape[-1]
-    xh, gh = _host(x), _host(grad).to(x.dtype)
+    _even("swiglu_backward", n)
+    xh, gh = _host(x), _host(grad, x.dtype)
+    _want(2 * gh.numel() == x.numel(), "swiglu_backward", "grad", gh, f"{tuple(x.shape[:-1]) + (n // 2,)}")
     dx = torch.empty_like(xh)
     if x.numel():
-        C.swiglu_bwd(_np(gh.view(-1, n // 2)), _np(xh.view(-1, n)), _np(dx.view(-1, n)))
+        C.swiglu_bwd_raw(gh.data_ptr(), xh.data_ptr(), dx.data_ptr(), x.numel() // n, n // 2, _CODE[x.dtype])
     return _back(dx, x)
 
 
@@ -205,7 +263,7 @@ def gelu(x: torch.Tensor, approximate: str = "none") -> torch.Tensor:
     xh = _host(x)
     y = torch.empty_like(xh)
     if x.numel():
-        C.gelu_fwd(_np(xh.view(-1)), _np(y.view(-1)), approximate == "tanh")
+        C.gelu_fwd_raw(xh.data_ptr(), y.data_ptr(), x.numel(), _CODE[x.dtype], approximate == "tanh")
     return _back(y, x)
 
 
@@ -213,10 +271,12 @@ def gelu_backward(grad: torch.Tensor, x: torch.Tensor, approximate: str = "none"
     """grad_x of :func:`gelu`."""
     _check("gelu_backward", x)
     C = native()
-    xh, gh = _host(x), _host(grad).to(x.dtype)
+    xh, gh = _host(x), _host(grad, x.dtype)
+    _same_size("gelu_backward", "grad", gh, x)
     dx = torch.empty_like(xh)
     if x.numel():
-        C.gelu_bwd(_np(gh.view(-1)), _np(xh.view(-1)), _np(dx.view(-1)), approximate == "tanh")
+        C.gelu_bwd_raw(gh.data_ptr(), xh.data_ptr(), dx.data_ptr(), x.numel(), _CODE[x.dtype],
+                       approximate == "tanh")
     return _back(dx, x)
 
 
@@ -242,13 +302,15 @@ def softmax(x: torch.Tensor, mask: Optional[torch.Tensor] = None, causal: bool =
     if not x.numel():
         return _back(y, x)
     cols = x.shape[-1]
-    m = None
+    m, kind, mrows = None, 0, 1
     if mask is not None:
         mh = _host(mask)
         mh = mh if mh.dtype == torch.bool else mh.float()
-        m = _tiled_mask(mh, x.shape).numpy()
+        m = _tiled_mask(mh, x.shape)
+        kind, mrows = (1 if m.dtype == torch.bool else 2), m.shape[0]
     q_len = x.shape[-2] if x.dim() >= 2 else 1
-    C.softmax_fwd(_np(xh.view(-1, cols)), m, _np(y.view(-1, cols)), float(scale), bool(causal), q_len)
+    C.softmax_fwd_raw(xh.data_ptr(), 0 if m is None else m.data_ptr(), kind, mrows, y.data_ptr(),
+                      x.numel() // cols, cols, _CODE[x.dtype], float(scale), bool(causal), q_len)
     return _back(y, x)
 
 
@@ -256,11 +318,13 @@ def softmax_backward(grad: torch.Tensor, out: torch.Tensor, scale: float = 1.0) 
     """grad_x of :func:`softmax` from its output."""
     _check("softmax_backward", out)
     C = native()
-    yh, gh = _host(out), _host(grad).to(out.dtype)
+    yh, gh = _host(out), _host(grad, out.dtype)
+    _same_size("softmax_backward", "grad", gh, out)
     dx = torch.empty_like(yh)
     if out.numel():
         cols = out.shape[-1]
-        C.softmax_bwd(_np(gh.view(-1, cols)), _np(yh.view(-1, cols)), _np(dx.view(-1, cols)), float(scale))
+        C.softmax_bwd_raw(gh.data_ptr(), yh.data_ptr(), dx.data_ptr(), out.numel() // cols, cols,
+                          _CODE[out.dtype], float(scale))
     return _back(dx, out)
 
 
@@ -277,12 +341,22 @@ def fused_adamw_(params: List[torch.Tensor], grads: List[torch.Tensor], exp_avgs
     for ts in groups:
         for t in ts:
             _check("fused_adamw", t)
-    staged = [[t if (t.device.type == "cpu" and t.is_contiguous()) else t.detach().to("cpu").contiguous()
-               for t in ts] for ts in groups]
+    if not len(params) == len(grads) == len(exp_avgs) == len(exp_avg_sqs):
+        raise ValueError(f"fused_adamw: params, grads, exp_avgs and exp_avg_sqs must have the same length (got "
+                         f"{len(params)}, {len(grads)}, {len(exp_avgs)}, {len(exp_avg_sqs)})")
+    for i, p in enumerate(params):
+        for name, ts in (("grads", grads), ("exp_avgs", exp_avgs), ("exp_avg_sqs", exp_avg_sqs)):
+            if ts[i].dtype != p.dtype:
+                raise TypeError(f"fused_adamw: {name}[{i}] is {ts[i].dtype} but params[{i}] is {p.dtype}; "
+                                "cast it to the same dtype")
+            if ts[i].numel() != p.numel():
+                raise ValueError(f"fused_adamw: tensors [{i}] differ in size")
+    staged = [[_host(t) for t in ts] for ts in groups]
     C = native()
-    C.adamw_step([_np(p.detach()) for p in staged[0]], [_np(g.detach()) for g in staged[1]],
-                 [_np(m) for m in staged[2]], [_np(v) for v in staged[3]], float(lr), float(beta1),
-                 float(beta2), float(eps), float(weight_decay), float(step), bool(maximize))
+    C.adamw_step_raw([p.data_ptr() for p in staged[0]], [g.data_ptr() for g in staged[1]],
+                     [m.data_ptr() for m in staged[2]], [v.data_ptr() for v in staged[3]],
+                     [p.numel() for p in staged[0]], [_CODE[p.dtype] for p in staged[0]], float(lr), float(beta1),
+                     float(beta2), float(eps), float(weight_decay), float(step), bool(maximize))
     for orig, host_copy in zip((params, exp_avgs, exp_avg_sqs), (staged[0], staged[2], staged[3])):
         for t, h in zip(orig, host_copy):
             if h is not t:
@@ -305,10 +379,15 @@ def roi_align(input: torch.Tensor, boxes: torch.Tensor, spatial_scale: float, po
     _check("roi_align", input)
     C = native()
     xh = _host(input)
-    bh = _host(boxes).float()
+    bh = _host(boxes, torch.float32)
+    _want(xh.dim() == 4, "roi_align", "input", xh, "(N, C, H, W)")
+    _want(bh.dim() == 2 and bh.shape[1] == 5, "roi_align", "boxes", bh, "(K, 5) as (batch_index, x1, y1, x2, y2)")
+    N, Ch, H, W = xh.shape
     out = torch.empty(boxes.shape[0], input.shape[1], pooled_height, pooled_width, dtype=input.dtype)
     if out.numel():
-        C.roi_align_fwd(_np(xh), bh.numpy(), _np(out), float(spatial_scale), int(sampling_ratio), bool(aligned))
+        C.roi_align_fwd_raw(xh.data_ptr(), bh.data_ptr(), out.data_ptr(), N, Ch, H, W, bh.shape[0],
+                            pooled_height, pooled_width, _CODE[input.dtype], float(spatial_scale),
+                            int(sampling_ratio), bool(aligned))
     return _back(out, input)
 
 
@@ -319,8 +398,15 @@ def roi_align_backward(grad: torch.Tensor, boxes: torch.Tensor, spatial_scale: f
     _check("roi_align_backward", grad)
     C = native()
     gh = _host(grad)
-    bh = _host(boxes).float()
+    bh = _host(boxes, torch.float32)
     gi = torch.zeros(*input_shape, dtype=torch.float32)
+    _want(gh.dim() == 4, "roi_align_backward", "grad", gh, "(K, C, PH, PW)")
+    _want(gi.dim() == 4 and gi.shape[1] == gh.shape[1], "roi_align_backward", "grad_input", gi,
+          f"(N, {gh.shape[1]}, H, W)")
+    _want(tuple(bh.shape) == (gh.shape[0], 5), "roi_align_backward", "boxes", bh, f"({gh.shape[0]}, 5)")
     if grad.numel() and gi.numel():
-        C.roi_align_bwd(_np(gh), bh.numpy(), gi.numpy(), float(spatial_scale), int(sampling_ratio), bool(aligned))
+        K, Ch, PH, PW = gh.shape
+        N, _, H, W = gi.shape
+        C.roi_align_bwd_raw(gh.data_ptr(), bh.data_ptr(), gi.data_ptr(), N, Ch, H, W, K, PH, PW, _CODE[grad.dtype],
+                            float(spatial_scale), int(sampling_ratio), bool(aligned))
     return _back(gi.to(grad.dtype), grad)
