@@ -1,5 +1,5 @@
 PY ?= python3
-.PHONY: setup demo test bench gpu-check corpus-cuda-torch zoo chaos frameworks frameworks-timm reshard parallel long cluster cluster-demo llmstack frameworks-latest llmstack-torch214
+.PHONY: setup demo test bench bench-decode gpu-check corpus-cuda-torch zoo chaos frameworks frameworks-timm reshard parallel long cluster cluster-demo llmstack frameworks-latest llmstack-torch214
 setup:
 	bash scripts/setup.sh
 # the main job on the embedded defaults
@@ -9,6 +9,12 @@ test: setup
 	$(PY) -m pytest -q
 bench: setup
 	bash scripts/bench.sh
+# fast at every size: decode throughput of a small LLaMA (plain, hal run cpu, hal.ops, hal run emu) and
+# the emulator's per-op tax at small sizes, at the default thread count and at one thread (bench/RESULTS.md)
+bench-decode: setup
+	$(PY) bench/bench_decode.py --emu
+	$(PY) bench/bench_emulator.py --ops
+	OMP_NUM_THREADS=1 $(PY) bench/bench_emulator.py --ops
 # the CUDA path on a lent GPU: evidence goes to docs/validation/
 gpu-check:
 	bash scripts/gpu_check.sh
