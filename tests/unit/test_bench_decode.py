@@ -25,7 +25,7 @@ def test_decode_help_names_its_options_and_baseline():
         assert word in proc.stdout
 
 
-@pytest.mark.slow
+@pytest.mark.long  # four fresh processes building a model: ~25 s, kept out of make test's time (make long)
 def test_decode_quick_run_prints_every_variant_against_plain():
     proc = _bench("bench/bench_decode.py", "--quick", "--batch", "1,2", "--json")
     assert proc.returncode == 0, proc.stderr[-3000:]
