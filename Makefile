@@ -1,5 +1,5 @@
 PY ?= python3
-.PHONY: setup demo test bench bench-decode gpu-check corpus-cuda-torch zoo chaos frameworks frameworks-timm reshard parallel long cluster cluster-demo llmstack frameworks-latest llmstack-torch214
+.PHONY: setup demo test bench bench-decode bench-small gpu-check corpus-cuda-torch zoo chaos frameworks frameworks-timm reshard parallel long cluster cluster-demo llmstack frameworks-latest llmstack-torch214
 setup:
 	bash scripts/setup.sh
 # the main job on the embedded defaults
@@ -11,6 +11,13 @@ bench: setup
 	bash scripts/bench.sh
 # fast at every size: decode throughput of a small LLaMA (plain, hal run cpu, hal.ops, hal run emu) and
 # the emulator's per-op tax at small sizes, at the default thread count and at one thread (bench/RESULTS.md)
+# fast at every size (docs/ops.md "Cost per call"): hal.ops per call across sizes, the op boundary
+# alone, the hal run shim per redirected call, a decode workload and the emulator's small-op tax
+bench-small: setup bench-decode
+	$(PY) bench/bench_ops_sizes.py --json bench-ops-sizes.json
+	$(PY) bench/bench_op_boundary.py
+	OMP_NUM_THREADS=1 $(PY) bench/bench_op_boundary.py
+	$(PY) bench/bench_redirect_overhead.py
 bench-decode: setup
 	$(PY) bench/bench_decode.py --emu
 	$(PY) bench/bench_emulator.py --ops
