@@ -31,7 +31,7 @@ import time
 SIZES = ((1, 64), (1, 4096), (16, 4096), (256, 4096), (4096, 4096))
 QUICK_SIZES = ((1, 64), (16, 4096), (1024, 1024))
 OPS = ("rms_norm", "layer_norm", "swiglu", "gelu", "softmax", "rotary_embedding")
-BLOCK_S = 0.004  # one block's target duration
+BLOCK_S = 0.01  # one block's target duration
 
 
 # -- worker: one process, one thread setting -------------------------------------------

@@ -18,6 +18,19 @@ def layer_norm(x, weight, bias, eps):
     return F.layer_norm(x, (x.shape[-1],), weight.to(x.dtype), None if bias is None else bias.to(x.dtype), eps)
 
 
+def layer_norm_backward(grad, grad_residual_out, x, weight, eps):
+    """(grad_x, grad_weight, grad_bias) from ATen's native_layer_norm_backward; the row statistics
+    are recomputed with native_layer_norm (hal's backward signature carries none)."""
+    n = x.shape[-1]
+    w = weight.to(x.dtype)
+    _, mean, rstd = torch.ops.aten.native_layer_norm(x, [n], w, None, eps)
+    dx, dw, db = torch.ops.aten.native_layer_norm_backward(grad.to(x.dtype), x, [n], mean, rstd, w,
+                                                           torch.zeros_like(w), [True, True, True])
+    if grad_residual_out is not None:
+        dx = dx + grad_residual_out.to(dx.dtype)
+    return dx, dw.to(weight.dtype), db.to(weight.dtype)
+
+
 def gelu(x, approximate):
     return F.gelu(x, approximate=approximate)
 

@@ -19,6 +19,7 @@ host copy first, as before.  Shapes the kernels would have refused raise ValueEr
 """
 from __future__ import annotations
 
+import functools
 import math
 from typing import List, Optional, Sequence, Tuple
 
@@ -64,6 +65,35 @@ def _check(op: str, *tensors: torch.Tensor) -> None:
                                     per_dtype=True)
 
 
+
+def _half_in_float(fn):
+    """float16 calls whose floating tensors are all float16 run the float32 kernel on upcast
+    copies and round the outputs to float16 once.
+
+    The kernels compute in float and round each output once either way, so the results are
+    those of the float16 kernel; but GCC leaves the float16 kernels' fused loops scalar
+    (its cost model refuses to vectorise a conversion with the exp polynomial), which made
+    float16 5-20x slower than bfloat16 (bench/bench_ops_sizes.py), while torch's own
+    conversions are vectorised.  A call mixing float16 with float32 tensors takes the
+    float16 kernel as before.
+    """
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        if args[0].dtype is not torch.float16:
+            return fn(*args, **kwargs)
+        for a in (*args, *kwargs.values()):
+            if isinstance(a, torch.Tensor) and a.is_floating_point() and a.dtype is not torch.float16:
+                return fn(*args, **kwargs)
+
+        def up(a):
+            return a.float() if isinstance(a, torch.Tensor) and a.dtype is torch.float16 else a
+        out = fn(*map(up, args), **{k: up(v) for k, v in kwargs.items()})
+        if isinstance(out, tuple):
+            return tuple(o.half() if isinstance(o, torch.Tensor) and o.dtype is torch.float32 else o for o in out)
+        return out.half()
+    return call
+
+
 def _host(t: torch.Tensor, dtype: Optional[torch.dtype] = None) -> torch.Tensor:
     """``t`` as a C-contiguous CPU tensor of ``dtype`` (``t``'s own when None): ``t`` itself when
     it is one already (only its address is used), else a contiguous host copy."""
@@ -92,6 +122,7 @@ def _same_size(op: str, name: str, t: torch.Tensor, x: torch.Tensor) -> None:
 
 
 # -- norms -----------------------------------------------------------------------------
+@_half_in_float
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """RMSNorm over the last dim: ``x / sqrt(mean(x**2) + eps) * weight``."""
     _check("rms_norm", x)
@@ -106,6 +137,7 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     return _back(y, x)
 
 
+@_half_in_float
 def add_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float,
                  residual: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
     """``(rms_norm(x + residual), x + residual)``."""
@@ -122,6 +154,7 @@ def add_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float,
     return _back(y, x), _back(h, x)
 
 
+@_half_in_float
 def rms_norm_backward(grad: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
                       eps: float) -> Tuple[torch.Tensor, torch.Tensor]:
     """(grad_x, grad_weight) of :func:`rms_norm`."""
@@ -139,6 +172,7 @@ def rms_norm_backward(grad: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
     return _back(dx, x), _back(dw.to(weight.dtype), weight)
 
 
+@_half_in_float
 def layer_norm(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], eps: float,
                residual: Optional[torch.Tensor] = None):
     """LayerNorm over the last dim; with ``residual``, of ``x + residual``.
@@ -167,6 +201,7 @@ def layer_norm(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tenso
     return _back(y, x), _back(h, x)
 
 
+@_half_in_float
 def layer_norm_backward(grad: torch.Tensor, grad_residual_out: Optional[torch.Tensor], x: torch.Tensor,
                         weight: torch.Tensor, eps: float):
     """(grad_x, grad_weight, grad_bias) of LayerNorm at ``x`` (the normalised input).
@@ -201,6 +236,7 @@ def _angles(t: torch.Tensor, seq: int) -> torch.Tensor:
     return _host(t[:seq], torch.float32)
 
 
+@_half_in_float
 def rotary_embedding(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, interleaved: bool = False,
                      seq_dim: int = 1) -> torch.Tensor:
     """Rotary embedding; see :func:`hal.ops.rotary_embedding` for the layout."""
@@ -229,6 +265,7 @@ def _even(op: str, n: int) -> None:
         raise ValueError(f"{op}: the last dim of x is {n}; it must be even ([gate | up] halves)")
 
 
+@_half_in_float
 def swiglu(x: torch.Tensor) -> torch.Tensor:
     """``silu(a) * b`` where ``a, b`` are the two halves of the last dim of ``x``."""
     _check("swiglu", x)
@@ -242,6 +279,7 @@ def swiglu(x: torch.Tensor) -> torch.Tensor:
     return _back(y, x)
 
 
+@_half_in_float
 def swiglu_backward(grad: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     """grad_x of :func:`swiglu`."""
     _check("swiglu_backward", x)
@@ -256,6 +294,7 @@ def swiglu_backward(grad: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     return _back(dx, x)
 
 
+@_half_in_float
 def gelu(x: torch.Tensor, approximate: str = "none") -> torch.Tensor:
     """GELU, exact (``approximate="none"``) or with the tanh approximation."""
     _check("gelu", x)
@@ -267,6 +306,7 @@ def gelu(x: torch.Tensor, approximate: str = "none") -> torch.Tensor:
     return _back(y, x)
 
 
+@_half_in_float
 def gelu_backward(grad: torch.Tensor, x: torch.Tensor, approximate: str = "none") -> torch.Tensor:
     """grad_x of :func:`gelu`."""
     _check("gelu_backward", x)
@@ -292,6 +332,7 @@ def _tiled_mask(mask: torch.Tensor, shape: Sequence[int]) -> torch.Tensor:
     return m.expand(*shape).reshape(-1, shape[-1]).contiguous()
 
 
+@_half_in_float
 def softmax(x: torch.Tensor, mask: Optional[torch.Tensor] = None, causal: bool = False,
             scale: float = 1.0) -> torch.Tensor:
     """``softmax(scale * x + mask)`` over the last dim; see :func:`hal.ops.softmax`."""
@@ -314,6 +355,7 @@ def softmax(x: torch.Tensor, mask: Optional[torch.Tensor] = None, causal: bool =
     return _back(y, x)
 
 
+@_half_in_float
 def softmax_backward(grad: torch.Tensor, out: torch.Tensor, scale: float = 1.0) -> torch.Tensor:
     """grad_x of :func:`softmax` from its output."""
     _check("softmax_backward", out)
