@@ -10,11 +10,12 @@ whole of a decode-sized kernel.  So :class:`Op` decides per call:
   dynamo tracing, no torch dispatch mode and no functorch transform active: the
   implementation is called directly (the same function the custom op runs), or through
   an ``autograd.Function`` built from the op's own autograd formula when a gradient is
-  needed;
+  needed — unless the device has no fused kernel for the op, where the torch composition
+  runs under autograd (its backward is then torch's, as without hal);
 * **otherwise** — the custom op, exactly as before.
 
-Both routes run the same implementation and the same backward formula, so results are
-bitwise the same; ``benchmarks`` (bench/bench_ops_sizes.py) measures what each costs.
+Where a fused kernel runs, both routes run the same implementation and backward formula, so
+results are bitwise the same; bench/bench_op_boundary.py measures what each route costs.
 """
 from __future__ import annotations
 
@@ -23,6 +24,8 @@ from typing import Callable, Optional
 import torch
 from torch import Tensor
 from torch.nn import Parameter
+
+from hal.ops._dispatch import composition_only, record_composition
 
 _PLAIN = (Tensor, Parameter)
 _is_compiling = torch.compiler.is_compiling
@@ -68,13 +71,15 @@ class Op:
     :param backward: ``(ctx, *grads) -> grads per input`` as given to ``register_autograd``.
     """
 
-    __slots__ = ("name", "custom", "impl", "function")
+    __slots__ = ("name", "custom", "impl", "function", "composition")
 
     def __init__(self, custom, impl: Callable, setup_context: Optional[Callable] = None,
-                 backward: Optional[Callable] = None):
+                 backward: Optional[Callable] = None, composition: Optional[Callable] = None,
+                 name: Optional[str] = None):
         self.custom = custom
         self.impl = impl
-        self.name = str(getattr(custom, "_qualified_op_name", impl.__name__))
+        self.composition = composition
+        self.name = name or impl.__name__.strip("_")
         self.function = None
         if setup_context is not None:
             # forward(ctx, ...) rather than a separate setup_context: torch's apply for the
@@ -94,6 +99,15 @@ class Op:
         if grad is None:
             return self.custom(*args)
         if grad and self.function is not None and _grad_enabled():
+            if self.composition is not None:
+                why = composition_only(self.name, args[0])
+                if why is not None:  # no fused kernel here: the torch ops themselves, under autograd
+                    try:
+                        out = self.composition(*args)
+                    except NotImplementedError:
+                        return self.function.apply(*args)  # the device lacks an op: the host kernel
+                    record_composition(self.name, why)
+                    return out
             return self.function.apply(*args)
         return self.impl(*args)
 
@@ -102,15 +116,19 @@ class Op:
 
 
 def define(name: str, impl: Callable, *, fake: Callable, setup_context: Optional[Callable] = None,
-           backward: Optional[Callable] = None, mutates_args=()) -> Op:
+           backward: Optional[Callable] = None, composition: Optional[Callable] = None,
+           mutates_args=()) -> Op:
     """Register ``impl`` as the custom op ``hal::<name>`` (fake kernel, autograd) and return its :class:`Op`.
 
     ``impl``'s annotations are the op's schema (``torch.library.custom_op``'s rules);
     ``setup_context`` / ``backward`` are ``register_autograd``'s and also build the eager
-    ``autograd.Function``.
+    ``autograd.Function``.  ``composition`` (same arguments as ``impl``, torch ops only) is
+    what an eager call that needs a gradient runs where the device has no fused kernel: the
+    torch ops under autograd, as the model would run them without hal, instead of hal's
+    closed-form backward composition.
     """
     custom = torch.library.custom_op(f"hal::{name}", mutates_args=mutates_args)(impl)
     custom.register_fake(fake)
     if setup_context is not None:
         custom.register_autograd(backward, setup_context=setup_context)
-    return Op(getattr(torch.ops.hal, name), impl, setup_context, backward)
+    return Op(getattr(torch.ops.hal, name), impl, setup_context, backward, composition, name)

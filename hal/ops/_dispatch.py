@@ -206,6 +206,20 @@ def plan(op: str, device_type: str, dtype) -> tuple:
     return hit
 
 
+def composition_only(op: str, t) -> Optional[str]:
+    """Why ``op`` has no fused kernel for ``t``'s device type and dtype; None when it has one
+    (or a path is forced with :func:`use_path`)."""
+    if getattr(_forced, "path", None) is not None:
+        return None
+    _, fn, why = plan(op, device_type(t), t.dtype)
+    return None if fn is not None else why
+
+
+def record_composition(op: str, why: str) -> None:
+    """Count (and warn once about) a call that ran the torch composition because of ``why``."""
+    _record(op, "composition", f"{why}; ran the torch composition")
+
+
 def _refused(op: str, device_type: str, dtype, exc: KernelUnsupported) -> str:
     why = f"fused kernel refused the call: {exc}"
     if exc.per_dtype:

@@ -30,7 +30,7 @@ def _sw_backward(ctx, grad):
 
 
 SWIGLU = define("swiglu", _swiglu, fake=lambda x: x.new_empty(*x.shape[:-1], x.shape[-1] // 2),
-                setup_context=_sw_setup, backward=_sw_backward)
+                setup_context=_sw_setup, backward=_sw_backward, composition=comp.swiglu)
 
 
 def swiglu(x: Tensor) -> Tensor:
@@ -74,7 +74,7 @@ def _ge_backward(ctx, grad):
 
 
 GELU = define("gelu", _gelu, fake=lambda x, approximate: torch.empty_like(x), setup_context=_ge_setup,
-              backward=_ge_backward)
+              backward=_ge_backward, composition=comp.gelu)
 
 
 def gelu(x: Tensor, approximate: str = "none") -> Tensor:

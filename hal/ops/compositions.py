@@ -22,6 +22,8 @@ def _up(t: torch.Tensor) -> torch.Tensor:
 
 # -- norms -----------------------------------------------------------------------------
 def rms_norm(x, weight, eps):
+    if weight.dtype == x.dtype and hasattr(F, "rms_norm"):  # one op (torch >= 2.4), the same bytes
+        return F.rms_norm(x, (x.shape[-1],), weight, eps)
     xf = _up(x)
     rstd = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
     return (xf * rstd * weight.to(xf.dtype)).to(x.dtype)
@@ -43,7 +45,8 @@ def rms_norm_backward(grad, x, weight, eps):
 
 def layer_norm(x, weight, bias, eps, residual=None):
     h = x if residual is None else x + residual
-    y = F.layer_norm(_up(h), (x.shape[-1],), _up(weight), None if bias is None else _up(bias), eps).to(x.dtype)
+    # torch's layer_norm computes float16/bfloat16 rows in float32 and rounds once itself
+    y = F.layer_norm(h, (x.shape[-1],), weight.to(h.dtype), None if bias is None else bias.to(h.dtype), eps)
     return y if residual is None else (y, h)
 
 
@@ -105,6 +108,8 @@ def gelu_backward(grad, x, approximate="none"):
 # -- softmax ---------------------------------------------------------------------------
 def softmax(x, mask=None, causal=False, scale=1.0):
     v = _up(x) * scale
+    if mask is None and not causal:  # no row can be empty
+        return torch.softmax(v, dim=-1).to(x.dtype)
     if mask is not None:
         v = v.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else v + mask.to(v.dtype)
     if causal:

@@ -36,7 +36,7 @@ def _rms_backward(ctx, grad):
 
 
 RMS_NORM = define("rms_norm", _rms_norm, fake=lambda x, weight, eps: torch.empty_like(x),
-                  setup_context=_rms_setup, backward=_rms_backward)
+                  setup_context=_rms_setup, backward=_rms_backward, composition=comp.rms_norm)
 
 
 def _add_rms_norm(x: Tensor, residual: Tensor, weight: Tensor, eps: float) -> Tuple[Tensor, Tensor]:
@@ -59,7 +59,8 @@ def _add_rms_backward(ctx, grad_out, grad_sum):
 
 ADD_RMS_NORM = define("add_rms_norm", _add_rms_norm,
                       fake=lambda x, residual, weight, eps: (torch.empty_like(x), torch.empty_like(x)),
-                      setup_context=_add_rms_setup, backward=_add_rms_backward)
+                      setup_context=_add_rms_setup, backward=_add_rms_backward,
+                      composition=lambda x, residual, weight, eps: comp.add_rms_norm(x, weight, eps, residual))
 
 
 def rms_norm(x: Tensor, weight: Optional[Tensor] = None, eps: float = 1e-6, residual: Optional[Tensor] = None):
@@ -136,7 +137,7 @@ def _ln_backward(ctx, grad):
 
 
 LAYER_NORM = define("layer_norm", _layer_norm, fake=lambda x, weight, bias, eps: torch.empty_like(x),
-                    setup_context=_ln_setup, backward=_ln_backward)
+                    setup_context=_ln_setup, backward=_ln_backward, composition=comp.layer_norm)
 
 
 def _add_ln_setup(ctx, inputs, output):
@@ -153,7 +154,9 @@ def _add_ln_backward(ctx, grad_out, grad_sum):
 
 ADD_LAYER_NORM = define("add_layer_norm", _add_layer_norm,
                         fake=lambda x, residual, weight, bias, eps: (torch.empty_like(x), torch.empty_like(x)),
-                        setup_context=_add_ln_setup, backward=_add_ln_backward)
+                        setup_context=_add_ln_setup, backward=_add_ln_backward,
+                        composition=lambda x, residual, weight, bias, eps: comp.layer_norm(x, weight, bias, eps,
+                                                                                           residual))
 
 
 def layer_norm(x: Tensor, weight: Tensor, bias: Optional[Tensor] = None, eps: float = 1e-5,

@@ -26,7 +26,7 @@ def _backward(ctx, grad):
 
 ROTARY_EMBEDDING = define("rotary_embedding", _rotary,
                           fake=lambda x, cos, sin, interleaved, seq_dim: torch.empty_like(x),
-                          setup_context=_setup, backward=_backward)
+                          setup_context=_setup, backward=_backward, composition=comp.rotary_embedding)
 
 
 def rotary_embedding(x: Tensor, cos: Tensor, sin: Tensor, interleaved: bool = False, seq_dim: int = 1) -> Tensor:

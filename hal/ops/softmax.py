@@ -32,7 +32,7 @@ def _backward(ctx, grad):
 
 
 SOFTMAX = define("softmax", _softmax, fake=lambda x, mask, causal, scale: torch.empty_like(x),
-                 setup_context=_setup, backward=_backward)
+                 setup_context=_setup, backward=_backward, composition=comp.softmax)
 
 
 def softmax(x: Tensor, mask: Optional[Tensor] = None, causal: bool = False, scale: float = 1.0) -> Tensor:

@@ -106,3 +106,22 @@ def test_parameters_take_the_eager_route_and_get_gradients():
     x = torch.randn(3, 8)
     hal.ops.rms_norm(x, norm).sum().backward()
     assert norm.grad is not None and norm.grad.shape == (8,)
+
+
+def test_without_a_fused_kernel_a_gradient_call_runs_the_torch_ops_under_autograd(monkeypatch, clean_registry):
+    import hal_backends.cpu
+
+    monkeypatch.setattr(hal_backends.cpu._plugin, "fused_kernels", {})  # a device that declares none
+    hal.reset_registry()
+    hal.ops.reset_stats()
+    x = torch.randn(4, 16, requires_grad=True)
+    w = torch.randn(16, requires_grad=True)
+    with pytest.warns(hal.ops.FallbackWarning, match="no fused kernel declared"):
+        y = hal.ops.rms_norm(x, w, 1e-6)
+    assert "function" not in type(y.grad_fn).__name__  # torch's own backward node, not hal's formula
+    y.sum().backward()
+    x2, w2 = x.detach().clone().requires_grad_(), w.detach().clone().requires_grad_()
+    torch.nn.functional.rms_norm(x2, (16,), w2, 1e-6).sum().backward()
+    assert torch.equal(x.grad, x2.grad) and torch.equal(w.grad, w2.grad)
+    assert hal.ops.stats()["rms_norm"]["composition"] == 1
+    hal.ops.reset_stats()
