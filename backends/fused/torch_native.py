@@ -35,6 +35,11 @@ def gelu(x, approximate):
     return F.gelu(x, approximate=approximate)
 
 
+# torch ops with autograd: an eager call that needs a gradient runs them under torch's autograd
+for _fn in (rms_norm, layer_norm, gelu):
+    _fn.differentiable = True
+
+
 def fused_adamw_(params, grads, exp_avgs, exp_avg_sqs, lr, beta1, beta2, eps, weight_decay, step, maximize):
     """aten::_fused_adamw_ (what torch.optim.AdamW(fused=True) calls); steps as tensors."""
     fn = getattr(torch, "_fused_adamw_", None)

@@ -10,8 +10,9 @@ whole of a decode-sized kernel.  So :class:`Op` decides per call:
   dynamo tracing, no torch dispatch mode and no functorch transform active: the
   implementation is called directly (the same function the custom op runs), or through
   an ``autograd.Function`` built from the op's own autograd formula when a gradient is
-  needed — unless the device has no fused kernel for the op, where the torch composition
-  runs under autograd (its backward is then torch's, as without hal);
+  needed — unless the device has no fused kernel for the op (the torch composition runs
+  under autograd) or its fused kernel is itself differentiable torch ops (``F.layer_norm``
+  on the CPU): the backward is then torch's, as without hal;
 * **otherwise** — the custom op, exactly as before.
 
 Where a fused kernel runs, both routes run the same implementation and backward formula, so
@@ -25,7 +26,7 @@ import torch
 from torch import Tensor
 from torch.nn import Parameter
 
-from hal.ops._dispatch import composition_only, record_composition
+from hal.ops._dispatch import DIFFERENTIABLE_FUSED, autograd_route, record_composition
 
 _PLAIN = (Tensor, Parameter)
 _is_compiling = torch.compiler.is_compiling
@@ -99,15 +100,16 @@ class Op:
         if grad is None:
             return self.custom(*args)
         if grad and self.function is not None and _grad_enabled():
-            if self.composition is not None:
-                why = composition_only(self.name, args[0])
-                if why is not None:  # no fused kernel here: the torch ops themselves, under autograd
-                    try:
-                        out = self.composition(*args)
-                    except NotImplementedError:
-                        return self.function.apply(*args)  # the device lacks an op: the host kernel
-                    record_composition(self.name, why)
-                    return out
+            route = autograd_route(self.name, args[0]) if self.composition is not None else None
+            if route == DIFFERENTIABLE_FUSED:  # the fused kernel is torch ops: torch's autograd
+                return self.impl(*args)
+            if route is not None:  # no fused kernel here: the torch composition, under autograd
+                try:
+                    out = self.composition(*args)
+                except NotImplementedError:
+                    return self.function.apply(*args)  # the device lacks an op: the host kernel
+                record_composition(self.name, route)
+                return out
             return self.function.apply(*args)
         return self.impl(*args)
 

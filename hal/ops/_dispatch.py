@@ -206,13 +206,24 @@ def plan(op: str, device_type: str, dtype) -> tuple:
     return hit
 
 
-def composition_only(op: str, t) -> Optional[str]:
-    """Why ``op`` has no fused kernel for ``t``'s device type and dtype; None when it has one
-    (or a path is forced with :func:`use_path`)."""
+#: :func:`autograd_route`'s answer for a fused kernel made of differentiable torch ops
+DIFFERENTIABLE_FUSED = "differentiable fused kernel"
+
+
+def autograd_route(op: str, t) -> Optional[str]:
+    """How an eager call of ``op`` that needs a gradient can run under torch's own autograd.
+
+    :return: :data:`DIFFERENTIABLE_FUSED` when the fused kernel for ``t``'s device type and
+        dtype is itself differentiable torch ops (its function has ``differentiable = True``,
+        e.g. ``F.layer_norm``); the reason there is no fused kernel (the composition then runs
+        under autograd); None otherwise, or when a path is forced (hal's own backward formula).
+    """
     if getattr(_forced, "path", None) is not None:
         return None
     _, fn, why = plan(op, device_type(t), t.dtype)
-    return None if fn is not None else why
+    if fn is None:
+        return why
+    return DIFFERENTIABLE_FUSED if getattr(fn, "differentiable", False) else None
 
 
 def record_composition(op: str, why: str) -> None:

@@ -125,3 +125,15 @@ def test_without_a_fused_kernel_a_gradient_call_runs_the_torch_ops_under_autogra
     assert torch.equal(x.grad, x2.grad) and torch.equal(w.grad, w2.grad)
     assert hal.ops.stats()["rms_norm"]["composition"] == 1
     hal.ops.reset_stats()
+
+
+def test_a_fused_kernel_made_of_torch_ops_keeps_torch_autograd():
+    # the CPU's layer_norm kernel is ATen's (backends/cpu/backend.json): its backward is torch's own
+    x = torch.randn(4, 16, requires_grad=True)
+    w, b = torch.randn(16, requires_grad=True), torch.randn(16, requires_grad=True)
+    y = hal.ops.layer_norm(x, w, b, 1e-5)
+    assert "LayerNorm" in type(y.grad_fn).__name__
+    y.sum().backward()
+    x2, w2, b2 = (t.detach().clone().requires_grad_() for t in (x, w, b))
+    torch.nn.functional.layer_norm(x2, (16,), w2, b2, 1e-5).sum().backward()
+    assert torch.equal(x.grad, x2.grad) and torch.equal(w.grad, w2.grad) and torch.equal(b.grad, b2.grad)
