@@ -6,7 +6,9 @@ wrapper around a kernel outside torch, as a vendor library's would be:
 
 * ``direct``: the Python function called directly (the floor);
 * ``aten``: a C++-registered torch op of the same work, ``torch.ops.aten.gelu`` (what torch's
-  own ops cost through the dispatcher);
+  own ops cost through the dispatcher, called from Python as ``torch.ops.hal.*`` is);
+* ``torch_binding``: the same aten op through torch's generated Python binding,
+  ``torch.nn.functional.gelu`` (how model code calls it);
 * ``library``: ``torch.library.Library`` ``define`` + a Python CPU ``impl`` (and a Meta one);
   it has no autograd (that needs an Autograd-key kernel of its own), so it is a floor for
   the dispatcher's cost, not a finished route;
@@ -88,6 +90,7 @@ def contenders():
     return lib, {
         "direct": body,
         "aten": torch.ops.aten.gelu,
+        "torch_binding": torch.nn.functional.gelu,
         "library": torch.ops.halbench.lib_op,
         "custom_op": torch.ops.halbench.custom,
         "autograd_function": Fn.apply,
