@@ -117,6 +117,11 @@ def _calibrate(fn, sync):
 def _measure(fns, repeats, sync):
     """Per-call seconds of each contender per repeat, blocks in ABC CBA order."""
     names = list(fns)
+    for k in names:  # warm: lazy initialisation, caches, the allocator
+        t = time.perf_counter()
+        while time.perf_counter() - t < BLOCK_S:
+            fns[k]()
+        sync()
     counts = {k: _calibrate(fns[k], sync) for k in names}
     times = {k: [] for k in names}
     for rep in range(repeats):
