@@ -13,7 +13,8 @@ whole of a decode-sized kernel.  So :class:`Op` decides per call:
   needed — unless the device has no fused kernel for the op (the torch composition runs
   under autograd) or its fused kernel is itself differentiable torch ops (``F.layer_norm``
   on the CPU): the backward is then torch's, as without hal;
-* **otherwise** — the custom op, exactly as before.
+* **otherwise** (``torch.compile``, ``torch.export``, ``torch.jit.trace`` and the ONNX
+  exporters, FakeTensor, DTensor, dispatch modes, functorch transforms) — the custom op.
 
 Where a fused kernel runs, both routes run the same implementation and backward formula, so
 results are bitwise the same; bench/bench_op_boundary.py measures what each route costs.
@@ -30,6 +31,7 @@ from hal.ops._dispatch import DIFFERENTIABLE_FUSED, autograd_route, record_compo
 
 _PLAIN = (Tensor, Parameter)
 _is_compiling = torch.compiler.is_compiling
+_is_tracing = torch.jit.is_tracing  # torch.jit.trace / the TorchScript ONNX exporter record dispatcher ops
 _grad_enabled = torch.is_grad_enabled
 # No public API answers "is a dispatch mode / functorch transform active" on every torch of
 # hal's window; these two have existed since torch 2.1 and cost ~0.2 us each.
@@ -40,10 +42,10 @@ _functorch_active = getattr(torch._C, "_are_functorch_transforms_active", None)
 def _eager_args(args) -> Optional[bool]:
     """None when the call must take the custom op; else whether any tensor requires grad.
 
-    The custom op is taken under dynamo tracing, a torch dispatch mode, a functorch
-    transform, or with any tensor that is not a plain ``Tensor`` / ``Parameter``.
+    The custom op is taken under dynamo tracing, ``torch.jit.trace``, a torch dispatch mode,
+    a functorch transform, or with any tensor that is not a plain ``Tensor`` / ``Parameter``.
     """
-    if _is_compiling() or _dispatch_modes is None or _functorch_active is None:
+    if _is_compiling() or _is_tracing() or _dispatch_modes is None or _functorch_active is None:
         return None
     if _dispatch_modes() or _functorch_active():
         return None

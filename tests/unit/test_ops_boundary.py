@@ -137,3 +137,14 @@ def test_a_fused_kernel_made_of_torch_ops_keeps_torch_autograd():
     x2, w2, b2 = (t.detach().clone().requires_grad_() for t in (x, w, b))
     torch.nn.functional.layer_norm(x2, (16,), w2, b2, 1e-5).sum().backward()
     assert torch.equal(x.grad, x2.grad) and torch.equal(w.grad, w2.grad) and torch.equal(b.grad, b2.grad)
+
+
+def test_jit_trace_records_the_hal_op():
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", torch.jit.TracerWarning)  # the argument checks read shapes
+        traced = torch.jit.trace(lambda x, w: hal.ops.rms_norm(x, w, 1e-6), (torch.randn(2, 8), torch.ones(8)))
+    assert "hal::rms_norm" in str(traced.graph)
+    x, w = torch.randn(3, 8), torch.randn(8)
+    assert torch.equal(traced(x, w), hal.ops.rms_norm(x, w, 1e-6))
