@@ -31,7 +31,8 @@ from hal.ops._dispatch import DIFFERENTIABLE_FUSED, autograd_route, record_compo
 
 _PLAIN = (Tensor, Parameter)
 _is_compiling = torch.compiler.is_compiling
-_is_tracing = torch.jit.is_tracing  # torch.jit.trace / the TorchScript ONNX exporter record dispatcher ops
+# torch.jit.trace / the TorchScript ONNX exporter record dispatcher ops (torch.jit.is_tracing's own check)
+_is_tracing = getattr(torch._C, "_is_tracing", torch.jit.is_tracing)
 _grad_enabled = torch.is_grad_enabled
 # No public API answers "is a dispatch mode / functorch transform active" on every torch of
 # hal's window; these two have existed since torch 2.1 and cost ~0.2 us each.

@@ -74,6 +74,11 @@ def reset_stats() -> None:
 
 
 def _record(op: str, path: str, fallback_reason: Optional[str]) -> None:
+    if fallback_reason is None:
+        s = _stats.get(op)
+        if s is not None:  # the steady state of a hot op: one dict update, no lock (as the redirect log)
+            s[path] += 1
+            return
     with _lock:
         s = _stats.get(op)
         if s is None:
@@ -246,7 +251,7 @@ def run(op: str, device_type: str, args: tuple, composition: Callable, host: Cal
     forced = getattr(_forced, "path", None)
     if forced is not None:
         return _run_forced(forced, op, device_type, args, composition, host)
-    dtype = args[0].dtype if args and hasattr(args[0], "dtype") else None
+    dtype = getattr(args[0], "dtype", None)  # a list (fused_adamw_'s params) has none
     _, fn, why = plan(op, device_type, dtype)
     if fn is not None:
         try:
