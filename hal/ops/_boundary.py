@@ -31,11 +31,11 @@ from hal.ops._dispatch import DIFFERENTIABLE_FUSED, autograd_route, record_compo
 
 _PLAIN = (Tensor, Parameter)
 _is_compiling = torch.compiler.is_compiling
-# torch.jit.trace / the TorchScript ONNX exporter record dispatcher ops (torch.jit.is_tracing's own check)
-_is_tracing = getattr(torch._C, "_is_tracing", torch.jit.is_tracing)
+_is_tracing = torch.jit.is_tracing  # torch.jit.trace / the TorchScript ONNX exporter record dispatcher ops
 _grad_enabled = torch.is_grad_enabled
-# No public API answers "is a dispatch mode / functorch transform active" on every torch of
-# hal's window; these two have existed since torch 2.1 and cost ~0.2 us each.
+# The only private torch names here: no public API answers "is a torch dispatch mode / a functorch
+# transform active" on any torch of hal's window (torch.utils._python_dispatch and torch._functorch
+# read these same two).  Where a torch lacks either, every call takes the custom op (always correct).
 _dispatch_modes = getattr(torch._C, "_len_torch_dispatch_stack", None)
 _functorch_active = getattr(torch._C, "_are_functorch_transforms_active", None)
 

@@ -1,7 +1,6 @@
 """``hal::fused_adamw_``: one multi-tensor AdamW step, in place."""
 from typing import List
 
-import torch
 from torch import Tensor
 
 from hal.ops import compositions as comp, host
