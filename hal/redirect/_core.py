@@ -30,15 +30,29 @@ def is_cuda_like(dev) -> bool:
 
 #: module name -> whether its code is torch's or hal's own (:func:`hal.util.frames.is_internal`), learnt
 #: on first sight: the "torch's own code gets the truth" test of every split call is one lookup
-_INTERNAL: Dict[Optional[str], bool] = {}
+class _Targets(dict):
+    """Device argument -> its target (:attr:`Redirection.targets`): ``targets[dev]`` is one dict lookup
+    for an argument seen before, and asks :meth:`Redirection.target` (which remembers the answers that
+    cannot change) on a miss."""
+
+    def __init__(self, target: Callable[[Any], Any]):
+        super().__init__()
+        self._target = target
+
+    def __missing__(self, dev):
+        return self._target(dev)
 
 
-def internal_module(name: Optional[str]) -> bool:
-    """:func:`hal.util.frames.is_internal`, remembered per module name (use ``_INTERNAL.get(name)`` first)."""
-    inside = _INTERNAL.get(name)
-    if inside is None:
-        inside = _INTERNAL[name] = is_internal(name)
-    return inside
+class _ModuleKinds(dict):
+    """Module name -> whether it is torch's or hal's own code (:func:`hal.util.frames.is_internal`),
+    decided on a name's first lookup: afterwards ``_INTERNAL[name]`` is one dict lookup."""
+
+    def __missing__(self, name: Optional[str]) -> bool:
+        inside = self[name] = is_internal(name)
+        return inside
+
+
+_INTERNAL: Dict[Optional[str], bool] = _ModuleKinds()
 
 
 #: at most this many device arguments have their target remembered (a script uses a handful)
@@ -90,7 +104,9 @@ class Redirection:
         #: device argument (``"cuda"``, ``"cuda:0"``, ``torch.device("cuda")``, ``0``, ``"cpu"`` ...) -> the
         #: backend device that stands in for it, or False where it is not CUDA's; only answers that cannot
         #: change (not "the current device" of a backend that has several) are kept: :meth:`target`
-        self.targets: Dict[Any, Any] = {None: self._cpu} if self.device_type == "cpu" else {}
+        self.targets: Dict[Any, Any] = _Targets(self.target)
+        if self.device_type == "cpu":
+            self.targets[None] = self._cpu
 
     # -- devices ------------------------------------------------------------------------
     def index(self, dev=None) -> Optional[int]:
@@ -122,7 +138,7 @@ class Redirection:
     def target(self, dev):
         """The backend device standing in for device argument ``dev`` (a ``str``, ``torch.device``
         or ``int``), or False where ``dev`` is not CUDA's; remembered in :attr:`targets` where the
-        answer cannot change.  Callers look in :attr:`targets` first."""
+        answer cannot change.  Callers look up ``targets[dev]``, which calls this on a miss."""
         if not is_cuda_like(dev):
             if len(self.targets) < _TARGETS_MAX:
                 self.targets[dev] = False

@@ -22,7 +22,7 @@ import sys
 from typing import Callable, Dict, Iterable, Iterator, Optional, Tuple
 
 from hal.util.frames import from_inside
-from hal.redirect._core import _INTERNAL, internal_module
+from hal.redirect._core import _INTERNAL
 from hal.redirect._devices import MARK
 
 _getframe = sys._getframe
@@ -70,11 +70,7 @@ def _meta(base_meta: type) -> type:
         if spec is None:  # a class deriving from a stand-in: built as any class is
             return base_meta.__call__(cls, *args, **kwargs)
         f = _getframe(1)
-        name = f.f_globals.get("__name__")
-        inside = _INTERNAL.get(name)
-        if inside is None:
-            inside = internal_module(name)
-        if inside:
+        if _INTERNAL[f.f_globals.get("__name__")]:
             return spec.call(*args, **kwargs)
         if spec.takes_caller:
             return spec.new(f, *args, **kwargs)

@@ -75,7 +75,7 @@ def _stand_in(t: Redirection, name: str, new: Callable, base: type,
 def _install_devices(t: Redirection) -> None:
     cuda, b, cpu = torch.cuda, t.backend, t.device_type == "cpu"
 
-    at, sites = t.log.at, t.log.sites
+    at = t.log.at
 
     def said(detail: str) -> Callable:  # a row's text: the call (its key) and ``detail``
         return lambda key: (key[0], detail)
@@ -84,19 +84,11 @@ def _install_devices(t: Redirection) -> None:
     named, synchronized = said(f"{b.name} device name"), said(f"{b.name} synchronize")
 
     def is_available(caller):
-        row = sites.get((id(caller.f_code), caller.f_lasti, "torch.cuda.is_available")) if caller is not None else None
-        if row is None:
-            at(caller, ("torch.cuda.is_available",), REDIRECTED, available)
-        else:
-            row["count"] += 1
+        at(caller, ("torch.cuda.is_available",), REDIRECTED, available)
         return True
 
     def device_count(caller):
-        row = sites.get((id(caller.f_code), caller.f_lasti, "torch.cuda.device_count")) if caller is not None else None
-        if row is None:
-            at(caller, ("torch.cuda.device_count",), REDIRECTED, counted)
-        else:
-            row["count"] += 1
+        at(caller, ("torch.cuda.device_count",), REDIRECTED, counted)
         return t.count
 
     def current_device():

@@ -133,7 +133,7 @@ def _wrap_device_arg(t: Redirection, fn: Callable, label: str, pos: Optional[int
     One Python frame over torch's function.  A device argument's target is one lookup in
     ``t.targets`` (:meth:`Redirection.target` on a miss) and the log's record one lookup by call
     site (:meth:`RedirectLog.at`)."""
-    targets, target_of, at, describer, sites = t.targets, t.target, t.log.at, t.describer, t.log.sites
+    targets, at, describer, sites = t.targets, t.log.at, t.describer, t.log.sites
     log = t.log
 
     def unpin(kwargs):
@@ -141,59 +141,39 @@ def _wrap_device_arg(t: Redirection, fn: Callable, label: str, pos: Optional[int
         log.not_redirected(f"{label}(pin_memory=True)", f"{t.backend.name}: no device to pin host memory "
                            f"for; an ordinary tensor is made (values unchanged)")
 
-    # the body is written out in both: a helper's frame would be most of the cost
-    if pos is None:
-        def call(*args, **kwargs):
-            if kwargs:
-                d = kwargs.get("device")
-                if d is not None:
-                    c = d.__class__
-                    if c is str or c is DEVICE or c is int:
-                        target = targets.get(d)
-                        if target is None:
-                            target = target_of(d)
-                        if target is not False:
-                            kwargs["device"] = target
-                            f = _getframe(1)
-                            row = sites.get((id(f.f_code), f.f_lasti, label, d))
-                            if row is None:
-                                at(f, (label, d), REDIRECTED, describer(target))
-                            else:
-                                row["count"] += 1
-                if unpinned and kwargs.get("pin_memory"):
-                    unpin(kwargs)
-            return fn(*args, **kwargs)
-    else:
-        def call(*args, **kwargs):
-            if len(args) > pos:
-                d = args[pos]
+    # the record is written out for the positional and the keyword device: a helper's frame would
+    # be most of the cost
+    def call(*args, **kwargs):
+        if pos is not None and len(args) > pos:
+            d = args[pos]
+            c = d.__class__
+            if c is str or c is DEVICE or c is int:
+                target = targets[d]
+                if target is not False:
+                    args = args[:pos] + (target,) + args[pos + 1:]
+                    f = _getframe(1)
+                    row = sites.get((id(f.f_code), f.f_lasti, label, d))
+                    if row is None:
+                        at(f, (label, d), REDIRECTED, describer(target))
+                    else:
+                        row["count"] += 1
+        if kwargs:
+            d = kwargs.get("device")
+            if d is not None:
                 c = d.__class__
                 if c is str or c is DEVICE or c is int:
-                    target = targets.get(d)
-                    if target is None:
-                        target = target_of(d)
+                    target = targets[d]
                     if target is not False:
-                        args = args[:pos] + (target,) + args[pos + 1:]
+                        kwargs["device"] = target
                         f = _getframe(1)
                         row = sites.get((id(f.f_code), f.f_lasti, label, d))
                         if row is None:
                             at(f, (label, d), REDIRECTED, describer(target))
                         else:
                             row["count"] += 1
-            if kwargs:
-                d = kwargs.get("device")
-                if d is not None:
-                    c = d.__class__
-                    if c is str or c is DEVICE or c is int:
-                        target = targets.get(d)
-                        if target is None:
-                            target = target_of(d)
-                        if target is not False:
-                            kwargs["device"] = target
-                            at(_getframe(1), (label, d), REDIRECTED, describer(target))
-                if unpinned and kwargs.get("pin_memory"):
-                    unpin(kwargs)
-            return fn(*args, **kwargs)
+            if unpinned and kwargs.get("pin_memory"):
+                unpin(kwargs)
+        return fn(*args, **kwargs)
     return marked(call, fn)
 
 
@@ -266,16 +246,14 @@ def _install_tensor(t: Redirection) -> None:
     orig_to, orig_pin, orig_is_pinned, orig_type = T.to, T.pin_memory, T.is_pinned, T.type
     redirect, backend = t.redirect, t.backend
 
-    targets, target_of, at, describer, sites = t.targets, t.target, t.log.at, t.describer, t.log.sites
+    targets, at, describer, sites = t.targets, t.log.at, t.describer, t.log.sites
 
     def to(self, *args, **kwargs):
         if args:
             a = args[0]
             c = a.__class__
             if c is str or c is DEVICE or c is int:
-                target = targets.get(a)
-                if target is None:
-                    target = target_of(a)
+                target = targets[a]
                 if target is not False:
                     args = (target,) + args[1:]
                     f = _getframe(1)

@@ -11,7 +11,7 @@ import functools
 import sys
 from typing import Callable
 
-from hal.redirect._core import _INTERNAL, Redirection, internal_module
+from hal.redirect._core import _INTERNAL, Redirection
 from hal.redirect._devices import MARK, marked
 
 _getframe = sys._getframe
@@ -25,24 +25,16 @@ def split(orig: Callable, for_user: Callable, takes_caller: bool = False) -> Cal
     """A function that runs ``for_user`` for the user's code and ``orig`` for torch's and hal's.
     ``takes_caller``: ``for_user`` takes the calling frame as its first argument (to record the call
     there, :meth:`hal.redirect.RedirectLog.at`, without looking for it again).  Whose code called is one
-    lookup by module name (:func:`hal.redirect._core.internal_module`)."""
+    lookup by module name (``hal.redirect._core._INTERNAL``)."""
     if takes_caller:
         def call(*args, **kwargs):
             f = _getframe(1)
-            name = f.f_globals.get("__name__")
-            inside = _INTERNAL.get(name)
-            if inside is None:
-                inside = internal_module(name)
-            if inside:
+            if _INTERNAL[f.f_globals.get("__name__")]:
                 return orig(*args, **kwargs)
             return for_user(f, *args, **kwargs)
     else:
         def call(*args, **kwargs):
-            name = _getframe(1).f_globals.get("__name__")
-            inside = _INTERNAL.get(name)
-            if inside is None:
-                inside = internal_module(name)
-            if inside:
+            if _INTERNAL[_getframe(1).f_globals.get("__name__")]:
                 return orig(*args, **kwargs)
             return for_user(*args, **kwargs)
     setattr(call, FOR_USER, functools.partial(for_user, None) if takes_caller else for_user)
