@@ -53,7 +53,16 @@ _warned: set = set()
 _kernel_cache: Dict[str, tuple] = {}
 #: (op, device type, dtype) -> (registry generation, fused callable or None, why not fused)
 _plans: Dict[tuple, tuple] = {}
-_forced = threading.local()
+
+
+class _ForcedPath(threading.local):
+    """This thread's forced path; the class default makes an unset thread read None without
+    the AttributeError a plain ``threading.local`` raises and ``getattr`` swallows (~1 us)."""
+
+    path: Optional[str] = None
+
+
+_forced = _ForcedPath()
 
 
 def stats() -> Dict[str, dict]:
@@ -74,10 +83,14 @@ def reset_stats() -> None:
 
 
 def _record(op: str, path: str, fallback_reason: Optional[str]) -> None:
-    if fallback_reason is None:
-        s = _stats.get(op)
-        if s is not None:  # the steady state of a hot op: one dict update, no lock (as the redirect log)
+    s = _stats.get(op)
+    if s is not None:  # the steady state of a hot op: dict updates, no lock (as the redirect log)
+        if fallback_reason is None:
             s[path] += 1
+            return
+        if s["last_fallback"] is fallback_reason and op in _warned:  # the same plan's reason again
+            s[path] += 1
+            s["fallbacks"] += 1
             return
     with _lock:
         s = _stats.get(op)
@@ -108,7 +121,7 @@ def use_path(path: str):
     """
     if path not in PATHS:
         raise ValueError(f"hal.ops.use_path({path!r}): unknown path; choose one of {', '.join(PATHS)}")
-    prev = getattr(_forced, "path", None)
+    prev = _forced.path
     _forced.path = path
     try:
         yield
@@ -118,7 +131,7 @@ def use_path(path: str):
 
 def forced_path() -> Optional[str]:
     """The path forced by :func:`use_path` in this thread, or None."""
-    return getattr(_forced, "path", None)
+    return _forced.path
 
 
 # -- declared kernels ------------------------------------------------------------------
@@ -189,13 +202,26 @@ def _fused(op: str, device_type: str):
         return None, str(exc)
 
 
+#: torch.device -> its type string: ``device.type`` builds a new string per call (~0.6 us for a
+#: renamed PrivateUse1 device such as emu), a lookup by the device costs a hash
+_device_types: Dict[object, str] = {}
+
+
 def device_type(t) -> str:
-    """``t.device.type``, without building a ``torch.device`` for CPU tensors (the common case)."""
-    return "cpu" if t.is_cpu else t.device.type
+    """``t.device.type``, without building a ``torch.device`` for CPU tensors (the common case)
+    and without asking the device for its name again for the others."""
+    if t.is_cpu:
+        return "cpu"
+    dev = t.device
+    kind = _device_types.get(dev)
+    if kind is None:
+        kind = _device_types[dev] = dev.type
+    return kind
 
 
 def plan(op: str, device_type: str, dtype) -> tuple:
-    """``(generation, fused callable or None, why not)`` for ``op`` on (device type, dtype).
+    """``(generation, fused callable or None, why not, composition's fallback reason)`` for ``op``
+    on (device type, dtype).
 
     Decided once and cached; a new registry (``hal.reset_registry()``, a plugin's kernel
     table changed, ``HAL_*`` settings re-read) starts a new generation and every plan is
@@ -207,8 +233,14 @@ def plan(op: str, device_type: str, dtype) -> tuple:
     if hit is not None and hit[0] == gen:
         return hit
     fn, why = _fused(op, device_type)
-    hit = _plans[key] = (gen, fn, why)
+    hit = _plans[key] = _plan(gen, fn, why)
     return hit
+
+
+def _plan(gen, fn, why) -> tuple:
+    """A plan tuple; its last item is the fallback reason a composition call records (one string
+    object per plan, so the steady-state counter compares it by identity)."""
+    return gen, fn, why, None if why is None else f"{why}; ran the torch composition"
 
 
 #: :func:`autograd_route`'s answer for a fused kernel made of differentiable torch ops
@@ -220,26 +252,28 @@ def autograd_route(op: str, t) -> Optional[str]:
 
     :return: :data:`DIFFERENTIABLE_FUSED` when the fused kernel for ``t``'s device type and
         dtype is itself differentiable torch ops (its function has ``differentiable = True``,
-        e.g. ``F.layer_norm``); the reason there is no fused kernel (the composition then runs
-        under autograd); None otherwise, or when a path is forced (hal's own backward formula).
+        e.g. ``F.layer_norm``); the fallback reason to record when there is no fused kernel
+        (the composition then runs under autograd; pass it to :func:`record_composition`);
+        None otherwise, or when a path is forced (hal's own backward formula).
     """
-    if getattr(_forced, "path", None) is not None:
+    if _forced.path is not None:
         return None
-    _, fn, why = plan(op, device_type(t), t.dtype)
+    _, fn, why, comp_why = plan(op, device_type(t), t.dtype)
     if fn is None:
-        return why
+        return comp_why
     return DIFFERENTIABLE_FUSED if getattr(fn, "differentiable", False) else None
 
 
-def record_composition(op: str, why: str) -> None:
-    """Count (and warn once about) a call that ran the torch composition because of ``why``."""
-    _record(op, "composition", f"{why}; ran the torch composition")
+def record_composition(op: str, reason: str) -> None:
+    """Count (and warn once about) a call that ran the torch composition, with the fallback
+    ``reason`` :func:`autograd_route` returned."""
+    _record(op, "composition", reason)
 
 
 def _refused(op: str, device_type: str, dtype, exc: KernelUnsupported) -> str:
     why = f"fused kernel refused the call: {exc}"
     if exc.per_dtype:
-        _plans[(op, device_type, dtype)] = (registry_generation(), None, why)
+        _plans[(op, device_type, dtype)] = _plan(registry_generation(), None, why)
     return why
 
 
@@ -248,22 +282,23 @@ def run(op: str, device_type: str, args: tuple, composition: Callable, host: Cal
 
     ``args[0]`` is the tensor whose dtype keys the cached :func:`plan`.
     """
-    forced = getattr(_forced, "path", None)
+    forced = _forced.path
     if forced is not None:
         return _run_forced(forced, op, device_type, args, composition, host)
     dtype = getattr(args[0], "dtype", None)  # a list (fused_adamw_'s params) has none
-    _, fn, why = plan(op, device_type, dtype)
+    _, fn, why, comp_why = plan(op, device_type, dtype)
     if fn is not None:
         try:
             out = fn(*args)
         except KernelUnsupported as exc:
             why = _refused(op, device_type, dtype, exc)
+            comp_why = f"{why}; ran the torch composition"
         else:
             _record(op, "fused", None)
             return out
     try:
         out = composition(*args)
-        _record(op, "composition", f"{why}; ran the torch composition")
+        _record(op, "composition", comp_why)
         return out
     except NotImplementedError as exc:
         why = f"{why}; the composition is not implemented on {device_type} ({exc})"

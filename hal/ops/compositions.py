@@ -1,9 +1,13 @@
 """The on-device path of ``hal.ops``: each operator as a composition of standard torch ops.
 
-These run on any device torch supports, in the input's dtype (float16/bfloat16 inputs are
-computed in float32 and rounded once at the end, as fused kernels do).  Backward
-functions use closed-form gradients; they are what ``hal.ops`` runs where neither the
-device nor the host has a fused kernel.
+These run on any device torch supports, in the input's dtype, as the model code they replace
+does: one torch op per step where torch has it (``F.rms_norm``, ``F.layer_norm``, ``F.gelu``,
+``torch.softmax``, ``F.silu``, ``torch.addcmul``: torch computes float16/bfloat16 in float32 inside
+each and rounds its output once), so a float16/bfloat16 result is rounded once per op, at most twice
+in all (swiglu's product, rotary's two terms), and never costs the float32 copies of its inputs.
+The fused and host kernels compute in float32 and round once.  Backward functions use
+closed-form gradients; they are what ``hal.ops`` runs where neither the device nor the host has a
+fused kernel.
 """
 from __future__ import annotations
 
@@ -71,22 +75,22 @@ def rotary_embedding(x, cos, sin, interleaved=False, seq_dim=1):
     seq_dim = seq_dim % x.dim()
     seq, half = x.shape[seq_dim], cos.shape[-1]
     shape = (seq,) + (1,) * (x.dim() - seq_dim - 2) + (half,)
-    xf = _up(x)
-    c = cos[:seq].to(xf.dtype).reshape(shape)
-    s = sin[:seq].to(xf.dtype).reshape(shape)
+    c = cos[:seq].to(x.dtype).reshape(shape)
+    s = sin[:seq].to(x.dtype).reshape(shape)
     if interleaved:
-        x1, x2 = xf[..., 0:2 * half:2], xf[..., 1:2 * half:2]
-        rot = torch.stack((x1 * c - x2 * s, x2 * c + x1 * s), dim=-1).flatten(-2)
+        x1, x2 = x[..., 0:2 * half:2], x[..., 1:2 * half:2]
     else:
-        x1, x2 = xf[..., :half], xf[..., half:2 * half]
-        rot = torch.cat((x1 * c - x2 * s, x2 * c + x1 * s), dim=-1)
-    return torch.cat((rot, xf[..., 2 * half:]), dim=-1).to(x.dtype)
+        x1, x2 = x[..., :half], x[..., half:2 * half]
+    # x1*c rounds once, addcmul adds -x2*s to it in float32 and rounds once more
+    r1, r2 = torch.addcmul(x1 * c, x2, s, value=-1), torch.addcmul(x2 * c, x1, s)
+    rot = torch.stack((r1, r2), dim=-1).flatten(-2) if interleaved else torch.cat((r1, r2), dim=-1)
+    return rot if 2 * half == x.shape[-1] else torch.cat((rot, x[..., 2 * half:]), dim=-1)
 
 
 # -- activations -----------------------------------------------------------------------
 def swiglu(x):
-    a, b = _up(x).chunk(2, dim=-1)
-    return (F.silu(a) * b).to(x.dtype)
+    a, b = x.chunk(2, dim=-1)
+    return F.silu(a) * b
 
 
 def swiglu_backward(grad, x):
@@ -97,7 +101,7 @@ def swiglu_backward(grad, x):
 
 
 def gelu(x, approximate="none"):
-    return F.gelu(_up(x), approximate=approximate).to(x.dtype)
+    return F.gelu(x, approximate=approximate)
 
 
 def gelu_backward(grad, x, approximate="none"):
@@ -107,9 +111,9 @@ def gelu_backward(grad, x, approximate="none"):
 
 # -- softmax ---------------------------------------------------------------------------
 def softmax(x, mask=None, causal=False, scale=1.0):
-    v = _up(x) * scale
+    v = x if scale == 1.0 else x * scale  # exact for a power-of-two scale, else one rounding
     if mask is None and not causal:  # no row can be empty
-        return torch.softmax(v, dim=-1).to(x.dtype)
+        return torch.softmax(v, dim=-1)
     if mask is not None:
         v = v.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else v + mask.to(v.dtype)
     if causal:
@@ -117,7 +121,7 @@ def softmax(x, mask=None, causal=False, scale=1.0):
         keep = torch.ones(q, k, dtype=torch.bool, device=v.device).tril()
         v = v.masked_fill(~keep, float("-inf"))
     empty = torch.isneginf(v).all(-1, keepdim=True)
-    return torch.softmax(v, dim=-1).masked_fill(empty, 0.0).to(x.dtype)
+    return torch.softmax(v, dim=-1).masked_fill(empty, 0.0)
 
 
 def softmax_backward(grad, out, scale=1.0):
