@@ -204,5 +204,6 @@ void register_adamw(py::module_& m);
 void register_vision(py::module_& m);
 void register_isa(py::module_& m);
 void register_parallel(py::module_& m);
+void register_redirect_calls(py::module_& m);
 
 }  // namespace hal

@@ -4,7 +4,7 @@
 // torch tensors through .numpy()), release the GIL, and check shapes so that bad input
 // raises a Python error instead of crashing the process; their *_raw twins take addresses
 // and dims instead (the contract is in common.h).  Parallel regions open only above the
-// grain (parallel.h).
+// grain (parallel.h).  redirect_calls.cpp holds hal.redirect's hot wrappers as C types.
 #include "common.h"
 
 #ifndef HAL_VERSION_INFO
@@ -57,7 +57,7 @@ f32arr rms_norm_f32(f32arr x, f32arr w, double eps) {
 }  // namespace
 
 PYBIND11_MODULE(_C, m) {
-    m.doc() = "hal host kernels (C++, OpenMP, GIL released)";
+    m.doc() = "hal host kernels (C++, OpenMP, GIL released) and the redirection shim's call wrappers";
     m.attr("__version__") = HAL_VERSION_INFO;
     m.def("openmp_threads", &openmp_threads, "OpenMP threads the kernels use");
     hal::register_norms(m);
@@ -68,6 +68,7 @@ PYBIND11_MODULE(_C, m) {
     hal::register_vision(m);
     hal::register_isa(m);
     hal::register_parallel(m);
+    hal::register_redirect_calls(m);
     py::dict codes;  // the dtype argument of the *_raw entries
     codes["float32"] = 0;
     codes["float16"] = 1;

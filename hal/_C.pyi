@@ -14,7 +14,7 @@ Kernels open an OpenMP parallel region only when the call touches more elements 
 grain_size() (32768, as ATen's parallel_for) and more than one thread is available; below it
 they run on the caller's thread.  Results are bitwise the same either way.
 """
-from typing import Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 import numpy as np
 
@@ -98,3 +98,15 @@ def roi_align_fwd_raw(input: int, boxes: int, out: int, N: int, C: int, H: int, 
                       dtype: int, spatial_scale: float, sampling_ratio: int, aligned: bool) -> None: ...
 def roi_align_bwd_raw(grad: int, boxes: int, grad_input: int, N: int, C: int, H: int, W: int, K: int, PH: int,
                       PW: int, dtype: int, spatial_scale: float, sampling_ratio: int, aligned: bool) -> None: ...
+
+# redirect_calls.cpp (Python >= 3.11): hal.redirect's hot wrappers as C types (hal/redirect/_devices.py)
+class DeviceCall:
+    def __init__(self, fn: Callable[..., Any], pos: int, targets: Dict[Any, Any],
+                 on_miss: Callable[[Any, Any, Any], Optional[Dict[str, Any]]], unpin: Optional[Callable[[], None]],
+                 device_type: type) -> None: ...
+    def __call__(self, *args: Any, **kwargs: Any) -> Any: ...
+
+class SplitCall:
+    def __init__(self, orig: Callable[..., Any], for_user: Callable[..., Any], internal: Dict[Optional[str], bool],
+                 takes_caller: bool = False) -> None: ...
+    def __call__(self, *args: Any, **kwargs: Any) -> Any: ...

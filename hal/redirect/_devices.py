@@ -18,14 +18,17 @@ A wrapper maps only what a CUDA script passes as a device (``"cuda"``, ``"cuda:N
 from __future__ import annotations
 
 import functools
+import os
 import sys
 import threading
+import weakref
 from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
 import torch
 
 from hal._errors import NotSupported
 from hal.util.frames import INTERNAL_NAMES, INTERNAL_PREFIXES
+from hal.util.import_hooks import after_import
 from hal.redirect._core import Redirection, is_cuda_like
 from hal.redirect._log import REDIRECTED
 
@@ -124,22 +127,79 @@ def marked(fn: Callable, orig: Callable) -> Callable:
     return fn
 
 
+def native_calls():
+    """hal._C's C wrappers ``(DeviceCall, SplitCall)``, or ``(None, None)`` where hal._C is not built
+    or predates them (Python < 3.11), or ``HAL_REDIRECT_NATIVE=0`` asks for the Python wrappers."""
+    if os.environ.get("HAL_REDIRECT_NATIVE", "1") == "0":
+        return None, None
+    try:
+        import hal._C as native
+    except ImportError:
+        return None, None
+    return getattr(native, "DeviceCall", None), getattr(native, "SplitCall", None)
+
+
+#: C wrappers not yet declared to torch.compile (torch._dynamo not imported yet)
+_undeclared: "weakref.WeakSet" = weakref.WeakSet()
+_dynamo_hook: List[bool] = []
+
+
+def compiled_in_graph(wrapper: Callable) -> Callable:
+    """Declare a C wrapper to ``torch.compile`` as a call its graph holds (``torch.compiler.allow_in_graph``)
+    and return it.  Dynamo finds the Python wrappers under torch's own names and records them in its graph;
+    a C callable it does not know would break the graph (``Unsupported method call``).  The declaration
+    waits for ``torch._dynamo`` to be imported (it costs about a second), so a script that never compiles
+    never pays for it."""
+    if "torch._dynamo" in sys.modules:
+        torch.compiler.allow_in_graph(wrapper)
+        return wrapper
+    _undeclared.add(wrapper)
+    if not _dynamo_hook:
+        _dynamo_hook.append(True)
+
+        def declare(_module) -> None:
+            pending = list(_undeclared)
+            _undeclared.clear()
+            if pending:
+                torch.compiler.allow_in_graph(pending)
+            _dynamo_hook.clear()
+
+        after_import("torch._dynamo", declare)
+    return wrapper
+
+
 def _wrap_device_arg(t: Redirection, fn: Callable, label: str, pos: Optional[int],
                      unpinned: bool = False) -> Callable:
-    """``fn`` with its device argument mapped; ``unpinned``: also with ``pin_memory=True``
-    dropped (the cpu backend's factories: no device to pin host memory for, as with
-    ``Tensor.pin_memory()`` there).
+    """``fn`` with its device argument (positional at ``pos``, or the keyword ``device``) mapped;
+    ``unpinned``: also with ``pin_memory=True`` dropped (the cpu backend's factories: no device to
+    pin host memory for, as with ``Tensor.pin_memory()`` there).
 
-    One Python frame over torch's function.  A device argument's target is one lookup in
-    ``t.targets`` (:meth:`Redirection.target` on a miss) and the log's record one lookup by call
-    site (:meth:`RedirectLog.at`)."""
+    A device argument's target is one lookup in ``t.targets`` (:meth:`Redirection.target` on a
+    miss); the log counts the call at its call site (:meth:`RedirectLog.at`).  Where hal._C has it,
+    the wrapper is its ``DeviceCall`` (a C call: the mapping and the site's count cost ~0.1-0.2 us);
+    else one Python frame over torch's function."""
     targets, at, describer, sites = t.targets, t.log.at, t.describer, t.log.sites
     log = t.log
 
-    def unpin(kwargs):
-        kwargs["pin_memory"] = False
+    def unpin():
         log.not_redirected(f"{label}(pin_memory=True)", f"{t.backend.name}: no device to pin host memory "
                            f"for; an ordinary tensor is made (values unchanged)")
+
+    device_call, _ = native_calls()
+    if device_call is not None:
+        def on_miss(f, d, target):  # a call site the C wrapper has not counted yet: the row it counts from now
+            key = (label, d)
+            site = (id(f.f_code), f.f_lasti) + key
+            row = sites.get(site)
+            if row is None:
+                at(f, key, REDIRECTED, describer(target))
+                return sites.get(site)  # None where the caller is torch's own code
+            row["count"] += 1
+            return row
+
+        wrapper = device_call(fn, -1 if pos is None else pos, targets, on_miss, unpin if unpinned else None,
+                              DEVICE)
+        return compiled_in_graph(marked(wrapper, fn))
 
     # the record is written out for the positional and the keyword device: a helper's frame would
     # be most of the cost
@@ -172,7 +232,8 @@ def _wrap_device_arg(t: Redirection, fn: Callable, label: str, pos: Optional[int
                         else:
                             row["count"] += 1
             if unpinned and kwargs.get("pin_memory"):
-                unpin(kwargs)
+                kwargs["pin_memory"] = False
+                unpin()
         return fn(*args, **kwargs)
     return marked(call, fn)
 
@@ -244,29 +305,11 @@ def legacy_cuda_dtype(kind) -> Optional[torch.dtype]:
 def _install_tensor(t: Redirection) -> None:
     T = torch.Tensor
     orig_to, orig_pin, orig_is_pinned, orig_type = T.to, T.pin_memory, T.is_pinned, T.type
-    redirect, backend = t.redirect, t.backend
+    backend = t.backend
+    targets, at, sites = t.targets, t.log.at, t.log.sites
 
-    targets, at, describer, sites = t.targets, t.log.at, t.describer, t.log.sites
-
-    def to(self, *args, **kwargs):
-        if args:
-            a = args[0]
-            c = a.__class__
-            if c is str or c is DEVICE or c is int:
-                target = targets[a]
-                if target is not False:
-                    args = (target,) + args[1:]
-                    f = _getframe(1)
-                    row = sites.get((id(f.f_code), f.f_lasti, "Tensor.to", a))
-                    if row is None:
-                        at(f, ("Tensor.to", a), REDIRECTED, describer(target))
-                    else:
-                        row["count"] += 1
-        if kwargs:
-            d = kwargs.get("device")
-            if d is not None and is_cuda_like(d):
-                kwargs["device"] = redirect(d, "Tensor.to")
-        return orig_to(self, *args, **kwargs)
+    # Tensor.to(self, device, ...): the device is the argument after self, or the keyword
+    to = _wrap_device_arg(t, orig_to, "Tensor.to", 1)
 
     def cuda_text(target):
         return lambda key: ("Tensor.cuda()", f"Tensor.to({target})")

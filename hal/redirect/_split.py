@@ -12,7 +12,7 @@ import sys
 from typing import Callable
 
 from hal.redirect._core import _INTERNAL, Redirection
-from hal.redirect._devices import MARK, marked
+from hal.redirect._devices import MARK, compiled_in_graph, marked, native_calls
 
 _getframe = sys._getframe
 
@@ -25,8 +25,12 @@ def split(orig: Callable, for_user: Callable, takes_caller: bool = False) -> Cal
     """A function that runs ``for_user`` for the user's code and ``orig`` for torch's and hal's.
     ``takes_caller``: ``for_user`` takes the calling frame as its first argument (to record the call
     there, :meth:`hal.redirect.RedirectLog.at`, without looking for it again).  Whose code called is one
-    lookup by module name (``hal.redirect._core._INTERNAL``)."""
-    if takes_caller:
+    lookup by module name (``hal.redirect._core._INTERNAL``); where hal._C has it, the split is its
+    ``SplitCall`` (a C call) and only the answer runs Python."""
+    _, split_call = native_calls()
+    if split_call is not None:
+        call = compiled_in_graph(split_call(orig, for_user, _INTERNAL, takes_caller))
+    elif takes_caller:
         def call(*args, **kwargs):
             f = _getframe(1)
             if _INTERNAL[f.f_globals.get("__name__")]:

@@ -1,0 +1,478 @@
+// The redirection shim's hot wrappers (hal/redirect), as C types with vectorcall: a Python
+// wrapper costs its own frame, *args/**kwargs packing and a tuple key per call (~0.5-1 us); these
+// cost a C call.  Behaviour is that of the Python wrappers they stand in for
+// (hal/redirect/_devices.py `_wrap_device_arg`, hal/redirect/_split.py `split`), which remain the
+// implementation where this module is not built or Python is older than 3.11.
+//
+// DeviceCall(fn, pos, targets, on_miss, unpin, device_type)
+//     Calls fn with its device argument (positional at `pos`, or the keyword `device`) mapped
+//     through `targets` (a dict whose __missing__ decides; False: leave the argument as it is)
+//     and, when `unpin` is not None, a true `pin_memory=` replaced by False after calling unpin().
+//     Each mapped call is counted at its call site: the calling frame's (code, instruction
+//     offset) is looked up in a per-wrapper table; on a hit the site's row dict gets
+//     row["count"] += 1, on a miss on_miss(frame, device, target) records it and returns the row
+//     to remember (None: not the user's code, ask again next time).
+// SplitCall(orig, for_user, internal, takes_caller)
+//     Calls orig when the calling frame's module is torch's or hal's own (internal[__name__]
+//     true; a dict whose __missing__ decides), else for_user (with the frame first when
+//     takes_caller).
+//
+// Both bind as methods (descriptor + Py_TPFLAGS_METHOD_DESCRIPTOR) like Python functions, carry a
+// __dict__ (functools.update_wrapper) and take part in garbage collection.
+#include "common.h"
+
+#include <unordered_map>
+
+namespace py = pybind11;
+
+#if PY_VERSION_HEX >= 0x030B0000
+#define HAL_REDIRECT_CALLS 1
+#endif
+
+#ifdef HAL_REDIRECT_CALLS
+namespace {
+
+PyObject* s_device = nullptr;      // "device"
+PyObject* s_pin_memory = nullptr;  // "pin_memory"
+PyObject* s_count = nullptr;       // "count"
+PyObject* s_name = nullptr;        // "__name__"
+
+// The parts both wrappers share: vectorcall slot, __dict__ and weak references.
+struct Callable {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject* dict;
+    PyObject* weakrefs;
+};
+
+struct Site {
+    PyObject* code;  // strong references: the code's address and the device's stay theirs
+    PyObject* dev;
+    PyObject* row;
+};
+
+struct SiteKey {
+    const void* code;
+    int lasti;
+    bool operator==(const SiteKey& o) const { return code == o.code && lasti == o.lasti; }
+};
+
+struct SiteKeyHash {
+    size_t operator()(const SiteKey& k) const {
+        return std::hash<const void*>()(k.code) ^ (static_cast<size_t>(k.lasti) * 0x9E3779B97F4A7C15ULL);
+    }
+};
+
+using SiteTable = std::unordered_map<SiteKey, Site, SiteKeyHash>;
+
+struct DeviceCall {
+    Callable base;
+    PyObject* fn;
+    PyObject* targets;
+    PyObject* on_miss;
+    PyObject* unpin;  // Py_None: pin_memory is passed through
+    PyObject* device_type;
+    PyObject* last_dev;     // the last device argument found in targets (a stable answer), and that answer:
+    PyObject* last_target;  // a torch.device argument hashes in ~0.1 us, an identity test in ~1 ns
+    Py_ssize_t pos;   // -1: keyword only
+    SiteTable* sites;
+};
+
+struct SplitCall {
+    Callable base;
+    PyObject* orig;
+    PyObject* for_user;
+    PyObject* internal;
+    int takes_caller;
+};
+
+// -- shared ------------------------------------------------------------------------------
+PyObject* bind(PyObject* self, PyObject* obj, PyObject*) {
+    if (obj == nullptr || obj == Py_None) {
+        Py_INCREF(self);
+        return self;
+    }
+    return PyMethod_New(self, obj);
+}
+
+// pickle by reference, as a builtin function: the module and name it was given
+// (functools.update_wrapper: torch.empty's wrapper pickles as torch.empty, which is itself)
+PyObject* reduce(PyObject* self, PyObject*) { return PyObject_GetAttr(self, s_name); }
+
+PyMethodDef callable_methods[] = {
+    {"__reduce__", reduce, METH_NOARGS, "Pickled by reference, under the name of the call it wraps."},
+    {nullptr, nullptr, 0, nullptr},
+};
+
+PyGetSetDef callable_getset[] = {
+    {"__dict__", PyObject_GenericGetDict, PyObject_GenericSetDict, nullptr, nullptr},
+    {nullptr, nullptr, nullptr, nullptr, nullptr},
+};
+
+// a dict that may decide on a miss (__missing__): one lookup on a hit; new reference
+PyObject* lookup(PyObject* table, PyObject* key) {
+    PyObject* v = PyDict_GetItemWithError(table, key);
+    if (v != nullptr) {
+        Py_INCREF(v);
+        return v;
+    }
+    if (PyErr_Occurred()) return nullptr;
+    return PyObject_GetItem(table, key);
+}
+
+bool is_key(PyObject* name, PyObject* interned) {
+    if (name == interned) return true;
+    if (PyUnicode_CHECK_INTERNED(name)) return false;
+    return PyUnicode_Compare(name, interned) == 0;
+}
+
+// -- DeviceCall --------------------------------------------------------------------------
+bool is_device_arg(DeviceCall* self, PyObject* d) {
+    PyTypeObject* t = Py_TYPE(d);
+    return t == &PyUnicode_Type || t == &PyLong_Type || reinterpret_cast<PyObject*>(t) == self->device_type;
+}
+
+int count_site(DeviceCall* self, PyObject* dev, PyObject* target) {
+    PyFrameObject* frame = PyEval_GetFrame();  // the caller's: this call pushed no frame
+    if (frame == nullptr) return 0;
+    PyCodeObject* code = PyFrame_GetCode(frame);
+    const SiteKey key{code, PyFrame_GetLasti(frame)};
+    auto it = self->sites->find(key);
+    if (it != self->sites->end()) {
+        PyObject* known = it->second.dev;
+        int same = known == dev;
+        if (!same && Py_TYPE(known) == Py_TYPE(dev)) {
+            same = PyObject_RichCompareBool(known, dev, Py_EQ);
+            if (same < 0) PyErr_Clear(), same = 0;
+        }
+        if (same) {
+            Py_DECREF(code);
+            PyObject* row = it->second.row;
+            PyObject* n = PyDict_GetItemWithError(row, s_count);
+            if (n == nullptr) return PyErr_Occurred() ? -1 : 0;
+            PyObject* n1 = PyLong_FromLongLong(PyLong_AsLongLong(n) + 1);
+            if (n1 == nullptr) return -1;
+            int rc = PyDict_SetItem(row, s_count, n1);
+            Py_DECREF(n1);
+            return rc;
+        }
+    }
+    PyObject* row = PyObject_CallFunctionObjArgs(self->on_miss, reinterpret_cast<PyObject*>(frame), dev, target,
+                                                 nullptr);
+    if (row == nullptr) {
+        Py_DECREF(code);
+        return -1;
+    }
+    if (row == Py_None) {
+        Py_DECREF(row);
+        Py_DECREF(code);
+        return 0;
+    }
+    Py_INCREF(dev);
+    if (it != self->sites->end()) {  // the same site with another device: remember the latest
+        Site old = it->second;
+        it->second = Site{reinterpret_cast<PyObject*>(code), dev, row};
+        Py_DECREF(old.code);
+        Py_DECREF(old.dev);
+        Py_DECREF(old.row);
+    } else {
+        self->sites->emplace(key, Site{reinterpret_cast<PyObject*>(code), dev, row});
+    }
+    return 0;
+}
+
+// new reference to the argument to pass instead of d, or nullptr with an error; *changed false
+// when d is passed as it is
+PyObject* map_device(DeviceCall* self, PyObject* d, bool* changed) {
+    *changed = false;
+    if (!is_device_arg(self, d)) return d;
+    PyObject* target;
+    if (d == self->last_dev) {
+        target = self->last_target;
+        Py_INCREF(target);
+    } else {
+        target = PyDict_GetItemWithError(self->targets, d);
+        if (target != nullptr) {  // in the table: an answer that cannot change
+            Py_INCREF(d);
+            Py_INCREF(target);
+            Py_XSETREF(self->last_dev, d);
+            Py_XSETREF(self->last_target, target);
+            Py_INCREF(target);
+        } else if (PyErr_Occurred()) {
+            return nullptr;
+        } else {
+            target = PyObject_GetItem(self->targets, d);  // __missing__ decides
+        }
+    }
+    if (target == nullptr) return nullptr;
+    if (target == Py_False) {
+        Py_DECREF(target);
+        return d;
+    }
+    if (count_site(self, d, target) < 0) {
+        Py_DECREF(target);
+        return nullptr;
+    }
+    *changed = true;
+    return target;
+}
+
+PyObject* device_call(PyObject* op, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
+    auto* self = reinterpret_cast<DeviceCall*>(op);
+    const Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    const Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+    const Py_ssize_t total = nargs + nkw;
+    PyObject* swap[3] = {nullptr, nullptr, nullptr};  // new references replacing args[at[i]]
+    Py_ssize_t at[3] = {-1, -1, -1};
+    int n = 0;
+    bool changed;
+    if (self->pos >= 0 && nargs > self->pos) {
+        PyObject* v = map_device(self, args[self->pos], &changed);
+        if (v == nullptr) return nullptr;
+        if (changed) swap[n] = v, at[n++] = self->pos;
+    }
+    for (Py_ssize_t i = 0; i < nkw; ++i) {
+        PyObject* name = PyTuple_GET_ITEM(kwnames, i);
+        PyObject* v = args[nargs + i];
+        if (is_key(name, s_device)) {
+            if (v == Py_None) continue;
+            PyObject* m = map_device(self, v, &changed);
+            if (m == nullptr) goto fail;
+            if (changed && n < 3) swap[n] = m, at[n++] = nargs + i;
+        } else if (self->unpin != Py_None && is_key(name, s_pin_memory)) {
+            int truth = PyObject_IsTrue(v);
+            if (truth < 0) goto fail;
+            if (truth && n < 3) {
+                PyObject* r = PyObject_CallNoArgs(self->unpin);
+                if (r == nullptr) goto fail;
+                Py_DECREF(r);
+                Py_INCREF(Py_False);
+                swap[n] = Py_False, at[n++] = nargs + i;
+            }
+        }
+    }
+    if (n == 0) return PyObject_Vectorcall(self->fn, args, nargsf, kwnames);
+    {
+        PyObject* small[16];
+        PyObject** buf = total <= 16 ? small : static_cast<PyObject**>(PyMem_Malloc(sizeof(PyObject*) * total));
+        if (buf == nullptr) {
+            PyErr_NoMemory();
+            goto fail;
+        }
+        for (Py_ssize_t i = 0; i < total; ++i) buf[i] = args[i];
+        for (int i = 0; i < n; ++i) buf[at[i]] = swap[i];
+        PyObject* out = PyObject_Vectorcall(self->fn, buf, nargs, kwnames);
+        if (buf != small) PyMem_Free(buf);
+        for (int i = 0; i < n; ++i) Py_DECREF(swap[i]);
+        return out;
+    }
+fail:
+    for (int i = 0; i < n; ++i) Py_DECREF(swap[i]);
+    return nullptr;
+}
+
+void clear_sites(SiteTable* sites) {
+    if (sites == nullptr) return;
+    SiteTable old;
+    old.swap(*sites);
+    for (auto& kv : old) {
+        Py_DECREF(kv.second.code);
+        Py_DECREF(kv.second.dev);
+        Py_DECREF(kv.second.row);
+    }
+}
+
+int device_call_traverse(PyObject* op, visitproc visit, void* arg) {
+    auto* self = reinterpret_cast<DeviceCall*>(op);
+    Py_VISIT(self->base.dict);
+    Py_VISIT(self->fn);
+    Py_VISIT(self->targets);
+    Py_VISIT(self->on_miss);
+    Py_VISIT(self->unpin);
+    Py_VISIT(self->device_type);
+    Py_VISIT(self->last_dev);
+    Py_VISIT(self->last_target);
+    if (self->sites != nullptr)
+        for (auto& kv : *self->sites) {
+            Py_VISIT(kv.second.code);
+            Py_VISIT(kv.second.dev);
+            Py_VISIT(kv.second.row);
+        }
+    return 0;
+}
+
+int device_call_clear(PyObject* op) {
+    auto* self = reinterpret_cast<DeviceCall*>(op);
+    Py_CLEAR(self->base.dict);
+    Py_CLEAR(self->fn);
+    Py_CLEAR(self->targets);
+    Py_CLEAR(self->on_miss);
+    Py_CLEAR(self->unpin);
+    Py_CLEAR(self->device_type);
+    Py_CLEAR(self->last_dev);
+    Py_CLEAR(self->last_target);
+    clear_sites(self->sites);
+    return 0;
+}
+
+void device_call_dealloc(PyObject* op) {
+    auto* self = reinterpret_cast<DeviceCall*>(op);
+    PyObject_GC_UnTrack(op);
+    if (self->base.weakrefs != nullptr) PyObject_ClearWeakRefs(op);
+    device_call_clear(op);
+    delete self->sites;
+    Py_TYPE(op)->tp_free(op);
+}
+
+PyObject* device_call_new(PyTypeObject* type, PyObject* args, PyObject* kwds) {
+    static const char* kw[] = {"fn", "pos", "targets", "on_miss", "unpin", "device_type", nullptr};
+    PyObject *fn, *targets, *on_miss, *unpin, *device_type;
+    Py_ssize_t pos;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OnO!OOO:DeviceCall", const_cast<char**>(kw), &fn, &pos,
+                                     &PyDict_Type, &targets, &on_miss, &unpin, &device_type))
+        return nullptr;
+    auto* self = reinterpret_cast<DeviceCall*>(type->tp_alloc(type, 0));
+    if (self == nullptr) return nullptr;
+    self->base.vectorcall = device_call;
+    self->sites = new SiteTable();
+    self->pos = pos < 0 ? -1 : pos;
+    Py_INCREF(fn), self->fn = fn;
+    Py_INCREF(targets), self->targets = targets;
+    Py_INCREF(on_miss), self->on_miss = on_miss;
+    Py_INCREF(unpin), self->unpin = unpin;
+    Py_INCREF(device_type), self->device_type = device_type;
+    return reinterpret_cast<PyObject*>(self);
+}
+
+// -- SplitCall ---------------------------------------------------------------------------
+PyObject* split_call(PyObject* op, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
+    auto* self = reinterpret_cast<SplitCall*>(op);
+    PyFrameObject* frame = PyEval_GetFrame();
+    int inside = 0;
+    if (frame != nullptr) {
+        PyObject* globals = PyFrame_GetGlobals(frame);
+        PyObject* name = PyDict_GetItemWithError(globals, s_name);
+        Py_DECREF(globals);
+        if (name == nullptr && PyErr_Occurred()) return nullptr;
+        PyObject* flag = lookup(self->internal, name != nullptr ? name : Py_None);
+        if (flag == nullptr) return nullptr;
+        inside = PyObject_IsTrue(flag);
+        Py_DECREF(flag);
+        if (inside < 0) return nullptr;
+    }
+    if (inside) return PyObject_Vectorcall(self->orig, args, nargsf, kwnames);
+    if (!self->takes_caller) return PyObject_Vectorcall(self->for_user, args, nargsf, kwnames);
+    const Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    const Py_ssize_t total = nargs + (kwnames ? PyTuple_GET_SIZE(kwnames) : 0);
+    PyObject* small[17];
+    PyObject** buf = total < 17 ? small : static_cast<PyObject**>(PyMem_Malloc(sizeof(PyObject*) * (total + 1)));
+    if (buf == nullptr) return PyErr_NoMemory();
+    buf[0] = frame != nullptr ? reinterpret_cast<PyObject*>(frame) : Py_None;
+    for (Py_ssize_t i = 0; i < total; ++i) buf[i + 1] = args[i];
+    PyObject* out = PyObject_Vectorcall(self->for_user, buf, nargs + 1, kwnames);
+    if (buf != small) PyMem_Free(buf);
+    return out;
+}
+
+int split_call_traverse(PyObject* op, visitproc visit, void* arg) {
+    auto* self = reinterpret_cast<SplitCall*>(op);
+    Py_VISIT(self->base.dict);
+    Py_VISIT(self->orig);
+    Py_VISIT(self->for_user);
+    Py_VISIT(self->internal);
+    return 0;
+}
+
+int split_call_clear(PyObject* op) {
+    auto* self = reinterpret_cast<SplitCall*>(op);
+    Py_CLEAR(self->base.dict);
+    Py_CLEAR(self->orig);
+    Py_CLEAR(self->for_user);
+    Py_CLEAR(self->internal);
+    return 0;
+}
+
+void split_call_dealloc(PyObject* op) {
+    PyObject_GC_UnTrack(op);
+    if (reinterpret_cast<Callable*>(op)->weakrefs != nullptr) PyObject_ClearWeakRefs(op);
+    split_call_clear(op);
+    Py_TYPE(op)->tp_free(op);
+}
+
+PyObject* split_call_new(PyTypeObject* type, PyObject* args, PyObject* kwds) {
+    static const char* kw[] = {"orig", "for_user", "internal", "takes_caller", nullptr};
+    PyObject *orig, *for_user, *internal;
+    int takes_caller = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOO!|p:SplitCall", const_cast<char**>(kw), &orig, &for_user,
+                                     &PyDict_Type, &internal, &takes_caller))
+        return nullptr;
+    auto* self = reinterpret_cast<SplitCall*>(type->tp_alloc(type, 0));
+    if (self == nullptr) return nullptr;
+    self->base.vectorcall = split_call;
+    Py_INCREF(orig), self->orig = orig;
+    Py_INCREF(for_user), self->for_user = for_user;
+    Py_INCREF(internal), self->internal = internal;
+    self->takes_caller = takes_caller;
+    return reinterpret_cast<PyObject*>(self);
+}
+
+PyTypeObject make_type(const char* name, const char* doc, Py_ssize_t size, newfunc tp_new, destructor dealloc,
+                       traverseproc traverse, inquiry clear) {
+    PyTypeObject t = {PyVarObject_HEAD_INIT(nullptr, 0)};
+    t.tp_name = name;
+    t.tp_doc = doc;
+    t.tp_basicsize = size;
+    t.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_METHOD_DESCRIPTOR;
+    t.tp_new = tp_new;
+    t.tp_dealloc = dealloc;
+    t.tp_traverse = traverse;
+    t.tp_clear = clear;
+    t.tp_call = PyVectorcall_Call;
+    t.tp_vectorcall_offset = offsetof(Callable, vectorcall);
+    t.tp_dictoffset = offsetof(Callable, dict);
+    t.tp_weaklistoffset = offsetof(Callable, weakrefs);
+    t.tp_descr_get = bind;
+    t.tp_getattro = PyObject_GenericGetAttr;
+    t.tp_setattro = PyObject_GenericSetAttr;
+    t.tp_methods = callable_methods;
+    t.tp_getset = callable_getset;
+    return t;
+}
+
+PyTypeObject device_call_type = make_type(
+    "hal._C.DeviceCall",
+    "DeviceCall(fn, pos, targets, on_miss, unpin, device_type): fn with its device argument mapped "
+    "(hal.redirect's wrapper of a device-taking torch call, in C).",
+    sizeof(DeviceCall), device_call_new, device_call_dealloc, device_call_traverse, device_call_clear);
+
+PyTypeObject split_call_type = make_type(
+    "hal._C.SplitCall",
+    "SplitCall(orig, for_user, internal, takes_caller=False): orig for torch's and hal's own code, "
+    "for_user for the rest (hal.redirect's split call, in C).",
+    sizeof(SplitCall), split_call_new, split_call_dealloc, split_call_traverse, split_call_clear);
+
+PyObject* intern(const char* s) { return PyUnicode_InternFromString(s); }
+
+}  // namespace
+#endif
+
+namespace hal {
+
+void register_redirect_calls(py::module_& m) {
+#ifdef HAL_REDIRECT_CALLS
+    s_device = intern("device");
+    s_pin_memory = intern("pin_memory");
+    s_count = intern("count");
+    s_name = intern("__name__");
+    for (auto* t : {&device_call_type, &split_call_type}) {
+        if (PyType_Ready(t) < 0) throw py::error_already_set();
+        Py_INCREF(t);
+    }
+    m.attr("DeviceCall") = py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(&device_call_type));
+    m.attr("SplitCall") = py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(&split_call_type));
+#else
+    (void)m;
+#endif
+}
+
+}  // namespace hal

@@ -1,0 +1,103 @@
+"""The shim's C wrappers (hal._C's DeviceCall and SplitCall) behave as the Python ones they stand in
+for: the same devices, the same log rows and counts, method binding, torch.compile, pickling, and
+nothing kept alive after the shim ends.  ``HAL_REDIRECT_NATIVE=0`` selects the Python wrappers."""
+import gc
+import pickle
+import sys
+import weakref
+
+import pytest
+import torch
+
+import hal.redirect
+from hal.plugin.registry import Registry
+from hal.redirect._devices import native_calls
+from hal.util.frames import short_path
+
+pytestmark = pytest.mark.emu
+
+HERE = short_path(__file__)
+NATIVE = native_calls()[0] is not None
+needs_native = pytest.mark.skipif(not NATIVE, reason="hal._C without the C wrappers (not built, or Python < 3.11)")
+
+
+@pytest.fixture
+def cpu_backend(clean_registry):
+    return Registry(env={"HAL_BACKEND": "cpu"}).selected().backend
+
+
+def _script(n):
+    """A CUDA script's calls, each on its own line, n times; returns the tensors and the first line."""
+    x = torch.ones(2, dtype=torch.float32)
+    dev = torch.device("cuda")
+    first = sys._getframe().f_lineno + 3
+    out = []
+    for i in range(n):
+        out.append(torch.empty(2, device="cuda"))
+        out.append(torch.zeros(2, 3, device=dev))
+        out.append(torch.full((2,), 1.5, device=f"cuda:{i % 1}"))
+        out.append(x.to("cuda"))
+        out.append(x.to(device=dev, dtype=torch.float64))
+        out.append(torch.Tensor.to(x, "cuda:0"))
+        out.append(x.to(torch.float16))  # no device: not redirected
+        out.append(torch.arange(3, device=0))
+        out.append(torch.cuda.is_available())
+        out.append(torch.cuda.device_count())
+        out.append(torch.empty(2, pin_memory=True))
+    return out, first
+
+
+@pytest.mark.parametrize("native", ["1", "0"])
+def test_c_and_python_wrappers_map_and_log_alike(cpu_backend, monkeypatch, native):
+    if native == "1" and not NATIVE:
+        pytest.skip("hal._C without the C wrappers (not built, or Python < 3.11)")
+    monkeypatch.setenv("HAL_REDIRECT_NATIVE", native)
+    with hal.redirect.enable(cpu_backend) as t:
+        assert (type(torch.empty).__name__ == "DeviceCall") == (native == "1")
+        assert (type(torch.cuda.is_available).__name__ == "SplitCall") == (native == "1")
+        out, first = _script(7)
+    tensors = [o for o in out if isinstance(o, torch.Tensor)]
+    assert {o.device.type for o in tensors} == {"cpu"}
+    assert [o.dtype for o in tensors[:7]] == [torch.float32, torch.float32, torch.float32, torch.float32,
+                                             torch.float64, torch.float32, torch.float16]
+    assert not any(o.is_pinned() for o in tensors)
+    rows = {(r["call"], r["where"]): r["count"] for r in t.log.rows("redirected")}
+    expected = {("torch.empty(device=cuda)", 0), ("torch.zeros(device=cuda)", 1), ("torch.full(device=cuda:0)", 2),
+                ("Tensor.to(device=cuda)", 3), ("Tensor.to(device=cuda)", 4), ("Tensor.to(device=cuda:0)", 5),
+                ("torch.arange(device=0)", 7), ("torch.cuda.is_available", 8), ("torch.cuda.device_count", 9)}
+    for call, offset in expected:
+        assert rows.get((call, f"{HERE}:{first + offset}")) == 7, (call, offset, rows)
+    assert not [w for (_, w) in rows if w == f"{HERE}:{first + 6}"]  # x.to(float16) is no redirection
+    unpinned = [r for r in t.log.rows("not_redirected") if r["where"] == f"{HERE}:{first + 10}"]
+    assert len(unpinned) == 1 and unpinned[0]["call"] == "torch.empty(pin_memory=True)"
+
+
+@needs_native
+def test_a_site_alternating_devices_counts_each_and_the_wrappers_go_away_with_the_shim(cpu_backend):
+    with hal.redirect.enable(cpu_backend) as t:
+        wrapper = weakref.ref(torch.empty)
+        for i in range(6):
+            torch.empty(1, device=("cuda", "cuda:0", torch.device("cuda"))[i % 3])
+            line = sys._getframe().f_lineno - 1
+    rows = {r["call"]: r["count"] for r in t.log.rows("redirected") if r["where"] == f"{HERE}:{line}"}
+    assert rows == {"torch.empty(device=cuda)": 4, "torch.empty(device=cuda:0)": 2}
+    del t
+    gc.collect()
+    assert wrapper() is None  # the wrapper, its site table and the rows it holds are freed
+
+
+@needs_native
+def test_c_wrappers_compile_and_pickle(cpu_backend):
+    with hal.redirect.enable(cpu_backend) as t:
+        assert pickle.loads(pickle.dumps(torch.zeros)) is torch.zeros  # by reference, as torch's own
+
+        @torch.compile(fullgraph=True, backend="eager")
+        def step(x):
+            if torch.cuda.is_available():
+                x = x + 1
+            return x + torch.zeros(3, device="cuda") + x.to("cuda")
+
+        y = step(torch.ones(3, device="cuda"))
+        assert y.device.type == "cpu"
+        assert any(r["call"] == "torch.zeros(device=cuda)" for r in t.log.rows("redirected"))
+    assert type(torch.zeros).__name__ == "builtin_function_or_method"
