@@ -12,6 +12,9 @@
 //     offset) is looked up in a per-wrapper table; on a hit the site's row dict gets
 //     row["count"] += 1, on a miss on_miss(frame, device, target) records it and returns the row
 //     to remember (None: not the user's code, ask again next time).
+// SiteCall(fn, on_miss)
+//     Calls fn, counting the call at its call site as DeviceCall does (on_miss(frame, None, None) on
+//     a site's first sight): a torch.cuda answer the log records (torch.cuda.is_available, ...).
 // SplitCall(orig, for_user, internal, takes_caller)
 //     Calls orig when the calling frame's module is torch's or hal's own (internal[__name__]
 //     true; a dict whose __missing__ decides), else for_user (with the frame first when
@@ -65,17 +68,27 @@ struct SiteKeyHash {
 
 using SiteTable = std::unordered_map<SiteKey, Site, SiteKeyHash>;
 
-struct DeviceCall {
+// A wrapper that counts its calls per call site: the table and what fills it.
+struct Counter {
     Callable base;
+    PyObject* on_miss;
+    SiteTable* sites;
+};
+
+struct DeviceCall {
+    Counter counter;
     PyObject* fn;
     PyObject* targets;
-    PyObject* on_miss;
     PyObject* unpin;  // Py_None: pin_memory is passed through
     PyObject* device_type;
     PyObject* last_dev;     // the last device argument found in targets (a stable answer), and that answer:
     PyObject* last_target;  // a torch.device argument hashes in ~0.1 us, an identity test in ~1 ns
     Py_ssize_t pos;   // -1: keyword only
-    SiteTable* sites;
+};
+
+struct SiteCall {
+    Counter counter;
+    PyObject* fn;
 };
 
 struct SplitCall {
@@ -132,7 +145,7 @@ bool is_device_arg(DeviceCall* self, PyObject* d) {
     return t == &PyUnicode_Type || t == &PyLong_Type || reinterpret_cast<PyObject*>(t) == self->device_type;
 }
 
-int count_site(DeviceCall* self, PyObject* dev, PyObject* target) {
+int count_site(Counter* self, PyObject* dev, PyObject* target) {
     PyFrameObject* frame = PyEval_GetFrame();  // the caller's: this call pushed no frame
     if (frame == nullptr) return 0;
     PyCodeObject* code = PyFrame_GetCode(frame);
@@ -209,7 +222,7 @@ PyObject* map_device(DeviceCall* self, PyObject* d, bool* changed) {
         Py_DECREF(target);
         return d;
     }
-    if (count_site(self, d, target) < 0) {
+    if (count_site(&self->counter, d, target) < 0) {
         Py_DECREF(target);
         return nullptr;
     }
@@ -282,16 +295,9 @@ void clear_sites(SiteTable* sites) {
     }
 }
 
-int device_call_traverse(PyObject* op, visitproc visit, void* arg) {
-    auto* self = reinterpret_cast<DeviceCall*>(op);
+int counter_traverse(Counter* self, visitproc visit, void* arg) {
     Py_VISIT(self->base.dict);
-    Py_VISIT(self->fn);
-    Py_VISIT(self->targets);
     Py_VISIT(self->on_miss);
-    Py_VISIT(self->unpin);
-    Py_VISIT(self->device_type);
-    Py_VISIT(self->last_dev);
-    Py_VISIT(self->last_target);
     if (self->sites != nullptr)
         for (auto& kv : *self->sites) {
             Py_VISIT(kv.second.code);
@@ -301,28 +307,50 @@ int device_call_traverse(PyObject* op, visitproc visit, void* arg) {
     return 0;
 }
 
+void counter_clear(Counter* self) {
+    Py_CLEAR(self->base.dict);
+    Py_CLEAR(self->on_miss);
+    clear_sites(self->sites);
+}
+
+void counter_init(Counter* self, PyObject* on_miss) {
+    self->sites = new SiteTable();
+    Py_INCREF(on_miss), self->on_miss = on_miss;
+}
+
+void counter_dealloc(PyObject* op, inquiry clear) {
+    auto* self = reinterpret_cast<Counter*>(op);
+    PyObject_GC_UnTrack(op);
+    if (self->base.weakrefs != nullptr) PyObject_ClearWeakRefs(op);
+    clear(op);
+    delete self->sites;
+    Py_TYPE(op)->tp_free(op);
+}
+
+int device_call_traverse(PyObject* op, visitproc visit, void* arg) {
+    auto* self = reinterpret_cast<DeviceCall*>(op);
+    Py_VISIT(self->fn);
+    Py_VISIT(self->targets);
+    Py_VISIT(self->unpin);
+    Py_VISIT(self->device_type);
+    Py_VISIT(self->last_dev);
+    Py_VISIT(self->last_target);
+    return counter_traverse(&self->counter, visit, arg);
+}
+
 int device_call_clear(PyObject* op) {
     auto* self = reinterpret_cast<DeviceCall*>(op);
-    Py_CLEAR(self->base.dict);
     Py_CLEAR(self->fn);
     Py_CLEAR(self->targets);
-    Py_CLEAR(self->on_miss);
     Py_CLEAR(self->unpin);
     Py_CLEAR(self->device_type);
     Py_CLEAR(self->last_dev);
     Py_CLEAR(self->last_target);
-    clear_sites(self->sites);
+    counter_clear(&self->counter);
     return 0;
 }
 
-void device_call_dealloc(PyObject* op) {
-    auto* self = reinterpret_cast<DeviceCall*>(op);
-    PyObject_GC_UnTrack(op);
-    if (self->base.weakrefs != nullptr) PyObject_ClearWeakRefs(op);
-    device_call_clear(op);
-    delete self->sites;
-    Py_TYPE(op)->tp_free(op);
-}
+void device_call_dealloc(PyObject* op) { counter_dealloc(op, device_call_clear); }
 
 PyObject* device_call_new(PyTypeObject* type, PyObject* args, PyObject* kwds) {
     static const char* kw[] = {"fn", "pos", "targets", "on_miss", "unpin", "device_type", nullptr};
@@ -333,14 +361,48 @@ PyObject* device_call_new(PyTypeObject* type, PyObject* args, PyObject* kwds) {
         return nullptr;
     auto* self = reinterpret_cast<DeviceCall*>(type->tp_alloc(type, 0));
     if (self == nullptr) return nullptr;
-    self->base.vectorcall = device_call;
-    self->sites = new SiteTable();
+    self->counter.base.vectorcall = device_call;
+    counter_init(&self->counter, on_miss);
     self->pos = pos < 0 ? -1 : pos;
     Py_INCREF(fn), self->fn = fn;
     Py_INCREF(targets), self->targets = targets;
-    Py_INCREF(on_miss), self->on_miss = on_miss;
     Py_INCREF(unpin), self->unpin = unpin;
     Py_INCREF(device_type), self->device_type = device_type;
+    return reinterpret_cast<PyObject*>(self);
+}
+
+// -- SiteCall ----------------------------------------------------------------------------
+PyObject* site_call(PyObject* op, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
+    auto* self = reinterpret_cast<SiteCall*>(op);
+    if (count_site(&self->counter, Py_None, Py_None) < 0) return nullptr;
+    return PyObject_Vectorcall(self->fn, args, nargsf, kwnames);
+}
+
+int site_call_traverse(PyObject* op, visitproc visit, void* arg) {
+    auto* self = reinterpret_cast<SiteCall*>(op);
+    Py_VISIT(self->fn);
+    return counter_traverse(&self->counter, visit, arg);
+}
+
+int site_call_clear(PyObject* op) {
+    auto* self = reinterpret_cast<SiteCall*>(op);
+    Py_CLEAR(self->fn);
+    counter_clear(&self->counter);
+    return 0;
+}
+
+void site_call_dealloc(PyObject* op) { counter_dealloc(op, site_call_clear); }
+
+PyObject* site_call_new(PyTypeObject* type, PyObject* args, PyObject* kwds) {
+    static const char* kw[] = {"fn", "on_miss", nullptr};
+    PyObject *fn, *on_miss;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO:SiteCall", const_cast<char**>(kw), &fn, &on_miss))
+        return nullptr;
+    auto* self = reinterpret_cast<SiteCall*>(type->tp_alloc(type, 0));
+    if (self == nullptr) return nullptr;
+    self->counter.base.vectorcall = site_call;
+    counter_init(&self->counter, on_miss);
+    Py_INCREF(fn), self->fn = fn;
     return reinterpret_cast<PyObject*>(self);
 }
 
@@ -445,6 +507,12 @@ PyTypeObject device_call_type = make_type(
     "(hal.redirect's wrapper of a device-taking torch call, in C).",
     sizeof(DeviceCall), device_call_new, device_call_dealloc, device_call_traverse, device_call_clear);
 
+PyTypeObject site_call_type = make_type(
+    "hal._C.SiteCall",
+    "SiteCall(fn, on_miss): fn, its calls counted per call site (a torch.cuda answer hal.redirect's log "
+    "records, in C).",
+    sizeof(SiteCall), site_call_new, site_call_dealloc, site_call_traverse, site_call_clear);
+
 PyTypeObject split_call_type = make_type(
     "hal._C.SplitCall",
     "SplitCall(orig, for_user, internal, takes_caller=False): orig for torch's and hal's own code, "
@@ -464,11 +532,12 @@ void register_redirect_calls(py::module_& m) {
     s_pin_memory = intern("pin_memory");
     s_count = intern("count");
     s_name = intern("__name__");
-    for (auto* t : {&device_call_type, &split_call_type}) {
+    for (auto* t : {&device_call_type, &site_call_type, &split_call_type}) {
         if (PyType_Ready(t) < 0) throw py::error_already_set();
         Py_INCREF(t);
     }
     m.attr("DeviceCall") = py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(&device_call_type));
+    m.attr("SiteCall") = py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(&site_call_type));
     m.attr("SplitCall") = py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(&split_call_type));
 #else
     (void)m;

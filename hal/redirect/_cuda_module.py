@@ -20,7 +20,7 @@ from hal._errors import NotSupported
 from hal.plugin.backend import host_memory_bytes
 from hal.redirect import _cuda_submodules
 from hal.redirect._cuda_classes import Spec, cuda_class, is_stand_in, spec_of, stand_in
-from hal.redirect._devices import MARK, LEGACY_TYPES
+from hal.redirect._devices import MARK, LEGACY_TYPES, counted as _counted
 from hal.redirect._core import Redirection
 from hal.redirect._log import NOT_REDIRECTED, REDIRECTED
 from hal.redirect._split import answer_for_user, patch_split as _patch, report_the_rest
@@ -48,8 +48,6 @@ NO_OPS = {"set_per_process_memory_fraction": (None, "no per-process memory cap o
           "is_tf32_supported": (False, "TF32 is a CUDA (Ampere+) format"),
           "memory_summary": ("", "the backend keeps no CUDA allocator summary"),
           "memory_snapshot": ([], "the backend keeps no CUDA allocator snapshot")}
-#: the torch.cuda calls of :func:`_install_devices` whose answer records the call at the caller's frame
-TAKE_CALLER = ("is_available", "device_count", "get_device_name", "synchronize")
 #: torch.cuda's CUDA-graph entry points (torch 2.13's torch/cuda/graphs.py), refused off CUDA: functions, classes
 GRAPH_FUNCTIONS = ("graph_pool_handle", "make_graphed_callables")
 GRAPH_CLASSES = ("CUDAGraph", "graph")
@@ -75,21 +73,11 @@ def _stand_in(t: Redirection, name: str, new: Callable, base: type,
 def _install_devices(t: Redirection) -> None:
     cuda, b, cpu = torch.cuda, t.backend, t.device_type == "cpu"
 
-    at = t.log.at
-
     def said(detail: str) -> Callable:  # a row's text: the call (its key) and ``detail``
         return lambda key: (key[0], detail)
 
     available, counted = said(f"True (runs on {b.name})"), said(f"{t.count} ({t.count_source})")
     named, synchronized = said(f"{b.name} device name"), said(f"{b.name} synchronize")
-
-    def is_available(caller):
-        at(caller, ("torch.cuda.is_available",), REDIRECTED, available)
-        return True
-
-    def device_count(caller):
-        at(caller, ("torch.cuda.device_count",), REDIRECTED, counted)
-        return t.count
 
     def current_device():
         return 0 if cpu else b.current_device()
@@ -105,11 +93,6 @@ def _install_devices(t: Redirection) -> None:
         t.log.redirected("torch.cuda.get_device_properties", f"{b.name} device properties ({props.name})")
         return props
 
-    def get_device_name(caller, device=None):
-        name = b.device_name(t.index(device))
-        at(caller, ("torch.cuda.get_device_name",), REDIRECTED, named)
-        return name
-
     def get_device_capability(device=None):
         props = b.device_properties(t.index(device))
         t.log.redirected("torch.cuda.get_device_capability", f"({props.major}, {props.minor}) of {b.name}")
@@ -118,18 +101,22 @@ def _install_devices(t: Redirection) -> None:
     def is_bf16_supported(*args, **kwargs):
         return torch.bfloat16 in b.supported_dtypes()
 
-    def synchronize(caller, device=None):
-        at(caller, ("torch.cuda.synchronize",), REDIRECTED, synchronized)
+    def synchronize(device=None):
         if not cpu:
             b.synchronize(t.index(device) if device is not None else None)
 
-    for name, fn in (("is_available", is_available), ("device_count", device_count),
-                     ("current_device", current_device), ("set_device", set_device),
-                     ("get_device_properties", get_device_properties), ("get_device_name", get_device_name),
+    # the hot queries: each call counted at its call site (in C where hal._C has it)
+    count = t.count
+    for name, describe, fn in (("is_available", available, lambda: True), ("device_count", counted, lambda: count),
+                               ("get_device_name", named, lambda device=None: b.device_name(t.index(device))),
+                               ("synchronize", synchronized, synchronize)):
+        _patch(t, cuda, name, *_counted(t, (f"torch.cuda.{name}",), describe, fn))
+    for name, fn in (("current_device", current_device), ("set_device", set_device),
+                     ("get_device_properties", get_device_properties),
                      ("get_device_capability", get_device_capability), ("is_bf16_supported", is_bf16_supported),
-                     ("synchronize", synchronize), ("is_initialized", lambda: True), ("init", lambda: None),
+                     ("is_initialized", lambda: True), ("init", lambda: None),
                      ("is_current_stream_capturing", lambda: False)):
-        _patch(t, cuda, name, fn, takes_caller=name in TAKE_CALLER)
+        _patch(t, cuda, name, fn)
 
     class device:
         """``torch.cuda.device(i)``: the backend's device ``i`` is current inside the block."""

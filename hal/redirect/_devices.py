@@ -128,15 +128,47 @@ def marked(fn: Callable, orig: Callable) -> Callable:
 
 
 def native_calls():
-    """hal._C's C wrappers ``(DeviceCall, SplitCall)``, or ``(None, None)`` where hal._C is not built
+    """hal._C's C wrappers ``(DeviceCall, SplitCall, SiteCall)``, or Nones where hal._C is not built
     or predates them (Python < 3.11), or ``HAL_REDIRECT_NATIVE=0`` asks for the Python wrappers."""
     if os.environ.get("HAL_REDIRECT_NATIVE", "1") == "0":
-        return None, None
+        return None, None, None
     try:
         import hal._C as native
     except ImportError:
-        return None, None
-    return getattr(native, "DeviceCall", None), getattr(native, "SplitCall", None)
+        return None, None, None
+    return tuple(getattr(native, name, None) for name in ("DeviceCall", "SplitCall", "SiteCall"))
+
+
+def _on_miss(t: Redirection, key: tuple, describe: Callable) -> Callable:
+    """What a C wrapper calls on a call site it has not counted yet: record the call ``key`` there
+    (:meth:`RedirectLog.at`) and return the site's row, which it counts from then on (None where the
+    caller is torch's own code: asked again next time)."""
+    sites, at = t.log.sites, t.log.at
+
+    def on_miss(f, _dev, _target):
+        site = (id(f.f_code), f.f_lasti) + key
+        row = sites.get(site)
+        if row is None:
+            at(f, key, REDIRECTED, describe)
+            return sites.get(site)
+        row["count"] += 1
+        return row
+    return on_miss
+
+
+def counted(t: Redirection, key: tuple, describe: Callable, fn: Callable) -> Tuple[Callable, bool]:
+    """``fn``, each call recorded in the log as ``key`` at its call site (``describe(key)`` gives the row's
+    text on a site's first sight), as ``(callable, takes_caller)`` for :func:`hal.redirect._split.patch_split`:
+    hal._C's ``SiteCall`` where it has it, else a Python function taking the calling frame first."""
+    site_call = native_calls()[2]
+    if site_call is not None:
+        return site_call(fn, _on_miss(t, key, describe)), False
+    at = t.log.at
+
+    def call(caller, *args, **kwargs):
+        at(caller, key, REDIRECTED, describe)
+        return fn(*args, **kwargs)
+    return call, True
 
 
 #: C wrappers not yet declared to torch.compile (torch._dynamo not imported yet)
@@ -185,17 +217,10 @@ def _wrap_device_arg(t: Redirection, fn: Callable, label: str, pos: Optional[int
         log.not_redirected(f"{label}(pin_memory=True)", f"{t.backend.name}: no device to pin host memory "
                            f"for; an ordinary tensor is made (values unchanged)")
 
-    device_call, _ = native_calls()
+    device_call = native_calls()[0]
     if device_call is not None:
-        def on_miss(f, d, target):  # a call site the C wrapper has not counted yet: the row it counts from now
-            key = (label, d)
-            site = (id(f.f_code), f.f_lasti) + key
-            row = sites.get(site)
-            if row is None:
-                at(f, key, REDIRECTED, describer(target))
-                return sites.get(site)  # None where the caller is torch's own code
-            row["count"] += 1
-            return row
+        def on_miss(f, d, target):  # the device's row: one per device argument at a site
+            return _on_miss(t, (label, d), describer(target))(f, d, target)
 
         wrapper = device_call(fn, -1 if pos is None else pos, targets, on_miss, unpin if unpinned else None,
                               DEVICE)
