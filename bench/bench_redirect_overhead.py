@@ -19,7 +19,9 @@ Baseline: raw torch on the CPU, the same model and step, measured side by side.
    in raw torch, interleaved ABBA in blocks of about 10 ms, wall clock; with them the wrappers on
    calls they do not map (``x.to("cpu")``, ``torch.zeros(3)``) and the caller check that gives
    torch's own code the real ``torch.cuda.is_available()``.  Each row: the medians and spreads,
-   the paired ratio and the paired difference in ns per call.
+   the paired ratio and the paired difference in ns per call; where hal._C has the shim's C
+   wrappers, the same redirection through its Python wrappers (``HAL_REDIRECT_NATIVE=0``) is a
+   third interleaved variant (ABCCBA), its paired difference to the direct call printed last.
 
 Times are CPU time (the step's thread; the command's process and its children), which
 other processes on a shared machine do not inflate as they do wall time.  Each timed block
@@ -215,23 +217,43 @@ def _timer(stmt, env):
     return timeit.Timer(stmt, globals=env, timer=time.perf_counter)
 
 
+@contextlib.contextmanager
+def _shim(backend, kind):
+    """No shim (``direct``), the shim with its C wrappers (``redirected``, where hal._C has them) or
+    with its Python wrappers (``python``: ``HAL_REDIRECT_NATIVE=0``, read when the shim starts)."""
+    if kind == "direct":
+        yield
+        return
+    old = os.environ.get("HAL_REDIRECT_NATIVE")
+    os.environ["HAL_REDIRECT_NATIVE"] = "0" if kind == "python" else "1"
+    try:
+        with hal.redirect.enable(backend):
+            yield
+    finally:
+        if old is None:
+            os.environ.pop("HAL_REDIRECT_NATIVE", None)
+        else:
+            os.environ["HAL_REDIRECT_NATIVE"] = old
+
+
 def call_costs(backend, repeats=5, block_s=0.01):
-    """ns per call of each :data:`CALLS` row: the direct call (shim off) and the redirected one
-    (shim on), interleaved ABBA, ``repeats`` times, each block about ``block_s`` of calls."""
+    """ns per call of each :data:`CALLS` row: the direct call (shim off), the redirected one (shim on)
+    and, where hal._C has the C wrappers, the redirected one through the Python wrappers, interleaved
+    (ABCCBA), ``repeats`` times, each block about ``block_s`` of calls."""
+    from hal.redirect._devices import native_call
     env = _call_env(backend)
+    kinds = ["direct", "redirected"] + (["python"] if native_call("DeviceCall") is not None else [])
     out = {}
     for name, size, red, direct, base in CALLS:
-        timers = {"direct": _timer(direct, env), "redirected": _timer(red, env)}
-        with hal.redirect.enable(backend):
+        timers = {k: _timer(direct if k == "direct" else red, env) for k in kinds}
+        with _shim(backend, "redirected"):
             timers["redirected"].timeit(3)  # first sight: the log's row, the targets
             per = timers["redirected"].timeit(20) / 20
         number = max(5, min(20000, int(block_s / max(per, 1e-9))))
-        times = {"direct": [], "redirected": []}
+        times = {k: [] for k in kinds}
         for r in range(repeats):
-            for k in (["direct", "redirected", "redirected", "direct"] if r % 2 == 0
-                      else ["redirected", "direct", "direct", "redirected"]):
-                ctx = hal.redirect.enable(backend) if k == "redirected" else contextlib.nullcontext()
-                with ctx:
+            for k in (kinds + kinds[::-1] if r % 2 == 0 else kinds[::-1] + kinds):
+                with _shim(backend, k):
                     gc.collect()
                     times[k].append(timers[k].timeit(number) / number * 1e9)
         # a factory's row at each size is its own row
@@ -271,10 +293,14 @@ def _call_lines(calls):
         # paired: the two blocks of one kind in a repeat against the two of the other
         ratios = [b / a for a, b in zip(d, r)]
         diffs = [b - a for a, b in zip(d, r)]
-        lines.append(f"  {name:58s} direct {statistics.median(d):8.0f} ns ({min(d):.0f}-{max(d):.0f})"
-                     f"  redirected {statistics.median(r):8.0f} ns ({min(r):.0f}-{max(r):.0f})"
-                     f"  {statistics.median(ratios):5.2f}x ({min(ratios):.2f}-{max(ratios):.2f})"
-                     f"  +{statistics.median(diffs):.0f} ns ({min(diffs):.0f} to {max(diffs):.0f})")
+        line = (f"  {name:58s} direct {statistics.median(d):8.0f} ns ({min(d):.0f}-{max(d):.0f})"
+                f"  redirected {statistics.median(r):8.0f} ns ({min(r):.0f}-{max(r):.0f})"
+                f"  {statistics.median(ratios):5.2f}x ({min(ratios):.2f}-{max(ratios):.2f})"
+                f"  +{statistics.median(diffs):.0f} ns ({min(diffs):.0f} to {max(diffs):.0f})")
+        if "python" in v:  # the same redirection through the Python wrappers
+            pdiffs = [b - a for a, b in zip(d, v["python"])]
+            line += f"  python wrappers +{statistics.median(pdiffs):.0f} ns ({min(pdiffs):.0f} to {max(pdiffs):.0f})"
+        lines.append(line)
     return lines
 
 
@@ -337,7 +363,7 @@ def main():
     for setting, v in calls.items():
         print(f"per call, {setting} ({v['threads']} threads; fresh process): ns per call, wall clock, median "
               f"(spread) of {args.call_repeats} ABBA repeats; direct = the call on the target with the shim off; "
-              f"ratio and +ns paired per block")
+              f"ratio and +ns paired per block; python wrappers = the shim with HAL_REDIRECT_NATIVE=0")
         print("\n".join(_call_lines(v["calls"])))
     if command is None:
         return

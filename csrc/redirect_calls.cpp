@@ -12,6 +12,11 @@
 //     offset) is looked up in a per-wrapper table; on a hit the site's row dict gets
 //     row["count"] += 1, on a miss on_miss(frame, device, target) records it and returns the row
 //     to remember (None: not the user's code, ask again next time).
+// CudaCall(to, targets, default, on_miss, slow)
+//     Tensor.cuda(self, device=None, non_blocking=False, memory_format=...): to(self, target, ...)
+//     where target is targets[device] (default(device) when that is missing or False; default() for
+//     no device), counted per call site as DeviceCall does.  A call it does not recognise (more
+//     arguments, other keywords) goes to slow, the Python wrapper, with the same arguments.
 // SiteCall(fn, on_miss)
 //     Calls fn, counting the call at its call site as DeviceCall does (on_miss(frame, None, None) on
 //     a site's first sight): a torch.cuda answer the log records (torch.cuda.is_available, ...).
@@ -39,6 +44,9 @@ PyObject* s_device = nullptr;      // "device"
 PyObject* s_pin_memory = nullptr;  // "pin_memory"
 PyObject* s_count = nullptr;       // "count"
 PyObject* s_name = nullptr;        // "__name__"
+PyObject* s_non_blocking = nullptr;
+PyObject* s_memory_format = nullptr;
+PyObject* kw_sets[4] = {nullptr, nullptr, nullptr, nullptr};  // (), (nb,), (mf,), (nb, mf)
 
 // The parts both wrappers share: vectorcall slot, __dict__ and weak references.
 struct Callable {
@@ -89,6 +97,14 @@ struct DeviceCall {
 struct SiteCall {
     Counter counter;
     PyObject* fn;
+};
+
+struct CudaCall {
+    Counter counter;
+    PyObject* to;
+    PyObject* targets;
+    PyObject* deflt;
+    PyObject* slow;
 };
 
 struct SplitCall {
@@ -371,6 +387,83 @@ PyObject* device_call_new(PyTypeObject* type, PyObject* args, PyObject* kwds) {
     return reinterpret_cast<PyObject*>(self);
 }
 
+// -- CudaCall ----------------------------------------------------------------------------
+PyObject* cuda_call(PyObject* op, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
+    auto* self = reinterpret_cast<CudaCall*>(op);
+    const Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    const Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+    // self, device, non_blocking, memory_format: positional or by name
+    PyObject* slot[4] = {nullptr, nullptr, nullptr, nullptr};
+    bool plain = nargs >= 1 && nargs <= 4;
+    for (Py_ssize_t i = 0; plain && i < nargs; ++i) slot[i] = args[i];
+    for (Py_ssize_t i = 0; plain && i < nkw; ++i) {
+        PyObject* name = PyTuple_GET_ITEM(kwnames, i);
+        int k = is_key(name, s_device) ? 1 : is_key(name, s_non_blocking) ? 2 : is_key(name, s_memory_format) ? 3 : 0;
+        if (k == 0 || slot[k] != nullptr) plain = false;
+        else slot[k] = args[nargs + i];
+    }
+    if (!plain) return PyObject_Vectorcall(self->slow, args, nargsf, kwnames);
+    PyObject* dev = slot[1] != nullptr ? slot[1] : Py_None;
+    PyObject* target = PyDict_GetItemWithError(self->targets, dev);
+    if (target != nullptr && target != Py_False) {
+        Py_INCREF(target);
+    } else {
+        if (PyErr_Occurred()) return nullptr;
+        target = dev == Py_None ? PyObject_CallNoArgs(self->deflt) : PyObject_CallOneArg(self->deflt, dev);
+        if (target == nullptr) return nullptr;
+    }
+    if (count_site(&self->counter, dev, target) < 0) {
+        Py_DECREF(target);
+        return nullptr;
+    }
+    PyObject* call[4] = {slot[0], target, nullptr, nullptr};
+    Py_ssize_t n = 2;
+    int which = 0;
+    if (slot[2] != nullptr) call[n++] = slot[2], which |= 1;
+    if (slot[3] != nullptr) call[n++] = slot[3], which |= 2;
+    PyObject* out = PyObject_Vectorcall(self->to, call, 2, which ? kw_sets[which] : nullptr);
+    Py_DECREF(target);
+    return out;
+}
+
+int cuda_call_traverse(PyObject* op, visitproc visit, void* arg) {
+    auto* self = reinterpret_cast<CudaCall*>(op);
+    Py_VISIT(self->to);
+    Py_VISIT(self->targets);
+    Py_VISIT(self->deflt);
+    Py_VISIT(self->slow);
+    return counter_traverse(&self->counter, visit, arg);
+}
+
+int cuda_call_clear(PyObject* op) {
+    auto* self = reinterpret_cast<CudaCall*>(op);
+    Py_CLEAR(self->to);
+    Py_CLEAR(self->targets);
+    Py_CLEAR(self->deflt);
+    Py_CLEAR(self->slow);
+    counter_clear(&self->counter);
+    return 0;
+}
+
+void cuda_call_dealloc(PyObject* op) { counter_dealloc(op, cuda_call_clear); }
+
+PyObject* cuda_call_new(PyTypeObject* type, PyObject* args, PyObject* kwds) {
+    static const char* kw[] = {"to", "targets", "default", "on_miss", "slow", nullptr};
+    PyObject *to, *targets, *deflt, *on_miss, *slow;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO!OOO:CudaCall", const_cast<char**>(kw), &to, &PyDict_Type,
+                                     &targets, &deflt, &on_miss, &slow))
+        return nullptr;
+    auto* self = reinterpret_cast<CudaCall*>(type->tp_alloc(type, 0));
+    if (self == nullptr) return nullptr;
+    self->counter.base.vectorcall = cuda_call;
+    counter_init(&self->counter, on_miss);
+    Py_INCREF(to), self->to = to;
+    Py_INCREF(targets), self->targets = targets;
+    Py_INCREF(deflt), self->deflt = deflt;
+    Py_INCREF(slow), self->slow = slow;
+    return reinterpret_cast<PyObject*>(self);
+}
+
 // -- SiteCall ----------------------------------------------------------------------------
 PyObject* site_call(PyObject* op, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
     auto* self = reinterpret_cast<SiteCall*>(op);
@@ -507,6 +600,12 @@ PyTypeObject device_call_type = make_type(
     "(hal.redirect's wrapper of a device-taking torch call, in C).",
     sizeof(DeviceCall), device_call_new, device_call_dealloc, device_call_traverse, device_call_clear);
 
+PyTypeObject cuda_call_type = make_type(
+    "hal._C.CudaCall",
+    "CudaCall(to, targets, default, on_miss, slow): Tensor.cuda as Tensor.to to the mapped device "
+    "(hal.redirect's Tensor.cuda, in C).",
+    sizeof(CudaCall), cuda_call_new, cuda_call_dealloc, cuda_call_traverse, cuda_call_clear);
+
 PyTypeObject site_call_type = make_type(
     "hal._C.SiteCall",
     "SiteCall(fn, on_miss): fn, its calls counted per call site (a torch.cuda answer hal.redirect's log "
@@ -532,11 +631,17 @@ void register_redirect_calls(py::module_& m) {
     s_pin_memory = intern("pin_memory");
     s_count = intern("count");
     s_name = intern("__name__");
-    for (auto* t : {&device_call_type, &site_call_type, &split_call_type}) {
+    s_non_blocking = intern("non_blocking");
+    s_memory_format = intern("memory_format");
+    kw_sets[1] = PyTuple_Pack(1, s_non_blocking);
+    kw_sets[2] = PyTuple_Pack(1, s_memory_format);
+    kw_sets[3] = PyTuple_Pack(2, s_non_blocking, s_memory_format);
+    for (auto* t : {&device_call_type, &cuda_call_type, &site_call_type, &split_call_type}) {
         if (PyType_Ready(t) < 0) throw py::error_already_set();
         Py_INCREF(t);
     }
     m.attr("DeviceCall") = py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(&device_call_type));
+    m.attr("CudaCall") = py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(&cuda_call_type));
     m.attr("SiteCall") = py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(&site_call_type));
     m.attr("SplitCall") = py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(&split_call_type));
 #else

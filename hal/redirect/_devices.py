@@ -127,16 +127,20 @@ def marked(fn: Callable, orig: Callable) -> Callable:
     return fn
 
 
-def native_calls():
-    """hal._C's C wrappers ``(DeviceCall, SplitCall, SiteCall)``, or Nones where hal._C is not built
-    or predates them (Python < 3.11), or ``HAL_REDIRECT_NATIVE=0`` asks for the Python wrappers."""
+#: hal._C's C wrappers of the shim (csrc/redirect_calls.cpp)
+NATIVE_CALLS = ("DeviceCall", "SplitCall", "SiteCall", "CudaCall")
+
+
+def native_call(name: str) -> Optional[type]:
+    """hal._C's C wrapper ``name`` (one of :data:`NATIVE_CALLS`), or None where hal._C is not built or
+    predates it (Python < 3.11), or ``HAL_REDIRECT_NATIVE=0`` asks for the Python wrappers."""
     if os.environ.get("HAL_REDIRECT_NATIVE", "1") == "0":
-        return None, None, None
+        return None
     try:
         import hal._C as native
     except ImportError:
-        return None, None, None
-    return tuple(getattr(native, name, None) for name in ("DeviceCall", "SplitCall", "SiteCall"))
+        return None
+    return getattr(native, name, None)
 
 
 def _on_miss(t: Redirection, key: tuple, describe: Callable) -> Callable:
@@ -160,7 +164,7 @@ def counted(t: Redirection, key: tuple, describe: Callable, fn: Callable) -> Tup
     """``fn``, each call recorded in the log as ``key`` at its call site (``describe(key)`` gives the row's
     text on a site's first sight), as ``(callable, takes_caller)`` for :func:`hal.redirect._split.patch_split`:
     hal._C's ``SiteCall`` where it has it, else a Python function taking the calling frame first."""
-    site_call = native_calls()[2]
+    site_call = native_call("SiteCall")
     if site_call is not None:
         return site_call(fn, _on_miss(t, key, describe)), False
     at = t.log.at
@@ -217,7 +221,7 @@ def _wrap_device_arg(t: Redirection, fn: Callable, label: str, pos: Optional[int
         log.not_redirected(f"{label}(pin_memory=True)", f"{t.backend.name}: no device to pin host memory "
                            f"for; an ordinary tensor is made (values unchanged)")
 
-    device_call = native_calls()[0]
+    device_call = native_call("DeviceCall")
     if device_call is not None:
         def on_miss(f, d, target):  # the device's row: one per device argument at a site
             return _on_miss(t, (label, d), describer(target))(f, d, target)
@@ -350,6 +354,14 @@ def _install_tensor(t: Redirection) -> None:
         else:
             row["count"] += 1
         return orig_to(self, target, non_blocking=non_blocking, memory_format=memory_format)
+
+    cuda_call = native_call("CudaCall")
+    if cuda_call is not None:  # the same, in C; calls it does not recognise go to the Python one above
+        def on_cuda_miss(f, d, target):
+            return _on_miss(t, ("Tensor.cuda()",), cuda_text(target))(f, d, target)
+
+        cuda = compiled_in_graph(marked(cuda_call(orig_to, targets, t.device, on_cuda_miss, marked(cuda, T.cuda)),
+                                        T.cuda))
 
     busy = threading.local()
 

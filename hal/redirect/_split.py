@@ -12,7 +12,7 @@ import sys
 from typing import Callable
 
 from hal.redirect._core import _INTERNAL, Redirection
-from hal.redirect._devices import MARK, compiled_in_graph, marked, native_calls
+from hal.redirect._devices import MARK, compiled_in_graph, marked, native_call
 
 _getframe = sys._getframe
 
@@ -27,7 +27,7 @@ def split(orig: Callable, for_user: Callable, takes_caller: bool = False) -> Cal
     there, :meth:`hal.redirect.RedirectLog.at`, without looking for it again).  Whose code called is one
     lookup by module name (``hal.redirect._core._INTERNAL``); where hal._C has it, the split is its
     ``SplitCall`` (a C call) and only the answer runs Python."""
-    split_call = native_calls()[1]
+    split_call = native_call("SplitCall")
     if split_call is not None:
         call = compiled_in_graph(split_call(orig, for_user, _INTERNAL, takes_caller))
     elif takes_caller:

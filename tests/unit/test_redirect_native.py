@@ -11,13 +11,13 @@ import torch
 
 import hal.redirect
 from hal.plugin.registry import Registry
-from hal.redirect._devices import native_calls
+from hal.redirect._devices import native_call
 from hal.util.frames import short_path
 
 pytestmark = pytest.mark.emu
 
 HERE = short_path(__file__)
-NATIVE = native_calls()[0] is not None
+NATIVE = native_call("DeviceCall") is not None
 needs_native = pytest.mark.skipif(not NATIVE, reason="hal._C without the C wrappers (not built, or Python < 3.11)")
 
 
@@ -44,6 +44,10 @@ def _script(n):
         out.append(torch.cuda.is_available())
         out.append(torch.cuda.device_count())
         out.append(torch.empty(2, pin_memory=True))
+        out.append(x.cuda())
+        out.append(x.cuda(0))
+        out.append(x.cuda(non_blocking=True))
+        out.append(x.cuda("cuda:0", True))
     return out, first
 
 
@@ -55,6 +59,7 @@ def test_c_and_python_wrappers_map_and_log_alike(cpu_backend, monkeypatch, nativ
     with hal.redirect.enable(cpu_backend) as t:
         assert (type(torch.empty).__name__ == "DeviceCall") == (native == "1")
         assert (type(torch.cuda.is_available).__name__ == "SplitCall") == (native == "1")
+        assert (type(torch.Tensor.cuda).__name__ == "CudaCall") == (native == "1")
         out, first = _script(7)
     tensors = [o for o in out if isinstance(o, torch.Tensor)]
     assert {o.device.type for o in tensors} == {"cpu"}
@@ -64,7 +69,8 @@ def test_c_and_python_wrappers_map_and_log_alike(cpu_backend, monkeypatch, nativ
     rows = {(r["call"], r["where"]): r["count"] for r in t.log.rows("redirected")}
     expected = {("torch.empty(device=cuda)", 0), ("torch.zeros(device=cuda)", 1), ("torch.full(device=cuda:0)", 2),
                 ("Tensor.to(device=cuda)", 3), ("Tensor.to(device=cuda)", 4), ("Tensor.to(device=cuda:0)", 5),
-                ("torch.arange(device=0)", 7), ("torch.cuda.is_available", 8), ("torch.cuda.device_count", 9)}
+                ("torch.arange(device=0)", 7), ("torch.cuda.is_available", 8), ("torch.cuda.device_count", 9),
+                ("Tensor.cuda()", 11), ("Tensor.cuda()", 12), ("Tensor.cuda()", 13), ("Tensor.cuda()", 14)}
     for call, offset in expected:
         assert rows.get((call, f"{HERE}:{first + offset}")) == 7, (call, offset, rows)
     assert not [w for (_, w) in rows if w == f"{HERE}:{first + 6}"]  # x.to(float16) is no redirection
@@ -91,10 +97,8 @@ def test_c_wrappers_compile_and_pickle(cpu_backend):
     with hal.redirect.enable(cpu_backend) as t:
         assert pickle.loads(pickle.dumps(torch.zeros)) is torch.zeros  # by reference, as torch's own
 
-        @torch.compile(fullgraph=True, backend="eager")
-        def step(x):
-            if torch.cuda.is_available():
-                x = x + 1
+        @torch.compile(fullgraph=True, backend="eager")  # the Python wrappers break this graph when
+        def step(x):  # torch._dynamo was imported before the shim started (sys._getframe is untraceable)
             return x + torch.zeros(3, device="cuda") + x.to("cuda")
 
         y = step(torch.ones(3, device="cuda"))
