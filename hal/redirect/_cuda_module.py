@@ -364,17 +364,17 @@ def _install_streams(t: Redirection) -> None:
 
     def stream_call(name, fn):
         text = lambda key: (key[0], f"{b.name} {name}")  # noqa: E731
-        label = f"torch.cuda.{name}"
+        if name not in ("current_stream", "default_stream"):
+            return _counted(t, (f"torch.cuda.{name}",), text, fn)
 
-        def call(caller, *args, **kwargs):
-            if name in ("current_stream", "default_stream") and args:
+        def answer(*args, **kwargs):  # the device argument, mapped
+            if args:
                 args = (t.index(args[0]) if not cpu else None,) + args[1:]
-            at(caller, (label,), REDIRECTED, text)
             return fn(*args, **kwargs)
-        return call
+        return _counted(t, (f"torch.cuda.{name}",), text, answer)
 
     for name, fn in calls.items():
-        _patch(t, cuda, name, stream_call(name, fn), takes_caller=True)
+        _patch(t, cuda, name, *stream_call(name, fn))
 
 
 def _own_class(mod, name: str, torch_cls: type) -> Optional[type]:
