@@ -240,9 +240,8 @@ def call_costs(backend, repeats=5, block_s=0.01):
     """ns per call of each :data:`CALLS` row: the direct call (shim off), the redirected one (shim on)
     and, where hal._C has the C wrappers, the redirected one through the Python wrappers, interleaved
     (ABCCBA), ``repeats`` times, each block about ``block_s`` of calls."""
-    from hal.redirect._devices import native_call
     env = _call_env(backend)
-    kinds = ["direct", "redirected"] + (["python"] if native_call("DeviceCall") is not None else [])
+    kinds = ["direct", "redirected"] + (["python"] if hal.redirect.native_wrappers() else [])
     out = {}
     for name, size, red, direct, base in CALLS:
         timers = {k: _timer(direct if k == "direct" else red, env) for k in kinds}
@@ -298,8 +297,10 @@ def _call_lines(calls):
                 f"  {statistics.median(ratios):5.2f}x ({min(ratios):.2f}-{max(ratios):.2f})"
                 f"  +{statistics.median(diffs):.0f} ns ({min(diffs):.0f} to {max(diffs):.0f})")
         if "python" in v:  # the same redirection through the Python wrappers
+            pratios = [b / a for a, b in zip(d, v["python"])]
             pdiffs = [b - a for a, b in zip(d, v["python"])]
-            line += f"  python wrappers +{statistics.median(pdiffs):.0f} ns ({min(pdiffs):.0f} to {max(pdiffs):.0f})"
+            line += (f"  python wrappers {statistics.median(pratios):5.2f}x ({min(pratios):.2f}-{max(pratios):.2f})"
+                     f" +{statistics.median(pdiffs):.0f} ns ({min(pdiffs):.0f} to {max(pdiffs):.0f})")
         lines.append(line)
     return lines
 

@@ -179,7 +179,9 @@ int count_site(Counter* self, PyObject* dev, PyObject* target) {
             PyObject* row = it->second.row;
             PyObject* n = PyDict_GetItemWithError(row, s_count);
             if (n == nullptr) return PyErr_Occurred() ? -1 : 0;
-            PyObject* n1 = PyLong_FromLongLong(PyLong_AsLongLong(n) + 1);
+            const long long count = PyLong_AsLongLong(n);
+            if (count == -1 && PyErr_Occurred()) return -1;
+            PyObject* n1 = PyLong_FromLongLong(count + 1);
             if (n1 == nullptr) return -1;
             int rc = PyDict_SetItem(row, s_count, n1);
             Py_DECREF(n1);

@@ -1,4 +1,5 @@
-"""Stub of the private native module hal._C (C++ host kernels, see csrc/).
+"""Stub of the private native module hal._C (C++ host kernels, see csrc/, and the redirection shim's
+C wrappers, csrc/redirect_calls.cpp).
 
 Buffers are numpy arrays: float32, float16, or bfloat16 viewed as int16/uint16; they must
 be C-contiguous, outputs writable.  Wrong dtypes raise TypeError, wrong shapes or layouts
@@ -104,6 +105,15 @@ class DeviceCall:
     def __init__(self, fn: Callable[..., Any], pos: int, targets: Dict[Any, Any],
                  on_miss: Callable[[Any, Any, Any], Optional[Dict[str, Any]]], unpin: Optional[Callable[[], None]],
                  device_type: type) -> None: ...
+    def __call__(self, *args: Any, **kwargs: Any) -> Any: ...
+
+class CudaCall:
+    def __init__(self, to: Callable[..., Any], targets: Dict[Any, Any], default: Callable[..., Any],
+                 on_miss: Callable[[Any, Any, Any], Optional[Dict[str, Any]]], slow: Callable[..., Any]) -> None: ...
+    def __call__(self, *args: Any, **kwargs: Any) -> Any: ...
+
+class SiteCall:
+    def __init__(self, fn: Callable[..., Any], on_miss: Callable[[Any, Any, Any], Optional[Dict[str, Any]]]) -> None: ...
     def __call__(self, *args: Any, **kwargs: Any) -> Any: ...
 
 class SplitCall:

@@ -35,6 +35,9 @@ that ``_enable`` installs them on:
   and ``_site/sitecustomize.py`` start them under the shim);
 - ``_log`` (what was redirected, at the user's line) and ``_run`` (a script file under it, with its report).
 
+The hottest wrappers (device arguments, ``Tensor.cuda``, the split ``torch.cuda`` calls) are C types
+of ``hal._C`` (``csrc/redirect_calls.cpp``) where it is built; :func:`native_wrappers` says which.
+
 ``hal.transfer`` is the old name of this package (kept for one release, with a warning).
 """
 from hal.redirect._log import RedirectLog
@@ -42,5 +45,6 @@ from hal.redirect._run import run_script
 from hal.redirect._core import Redirection
 from hal.redirect._enable import enable
 from hal.redirect._compile import inductor_supports
+from hal.redirect._devices import native_wrappers
 
-__all__ = ["Redirection", "RedirectLog", "enable", "inductor_supports", "run_script"]
+__all__ = ["Redirection", "RedirectLog", "enable", "inductor_supports", "native_wrappers", "run_script"]

@@ -143,6 +143,12 @@ def native_call(name: str) -> Optional[type]:
     return getattr(native, name, None)
 
 
+def native_wrappers() -> bool:
+    """True when the shim's hot wrappers run in C here (hal._C built with them, Python >= 3.11, and
+    ``HAL_REDIRECT_NATIVE`` not ``0``); False: the Python wrappers, which record the same log."""
+    return all(native_call(name) is not None for name in NATIVE_CALLS)
+
+
 def _on_miss(t: Redirection, key: tuple, describe: Callable) -> Callable:
     """What a C wrapper calls on a call site it has not counted yet: record the call ``key`` there
     (:meth:`RedirectLog.at`) and return the site's row, which it counts from then on (None where the
@@ -177,30 +183,28 @@ def counted(t: Redirection, key: tuple, describe: Callable, fn: Callable) -> Tup
 
 #: C wrappers not yet declared to torch.compile (torch._dynamo not imported yet)
 _undeclared: "weakref.WeakSet" = weakref.WeakSet()
-_dynamo_hook: List[bool] = []
+
+
+def _declare_undeclared(_dynamo) -> None:
+    pending = list(_undeclared)
+    _undeclared.clear()
+    if pending:
+        torch.compiler.allow_in_graph(pending)
 
 
 def compiled_in_graph(wrapper: Callable) -> Callable:
-    """Declare a C wrapper to ``torch.compile`` as a call its graph holds (``torch.compiler.allow_in_graph``)
-    and return it.  Dynamo finds the Python wrappers under torch's own names and records them in its graph;
-    a C callable it does not know would break the graph (``Unsupported method call``).  The declaration
-    waits for ``torch._dynamo`` to be imported (it costs about a second), so a script that never compiles
-    never pays for it."""
+    """Declare a C wrapper to ``torch.compile`` as a call its graph holds (``torch.compiler.allow_in_graph``,
+    public since torch 2.1) and return it.  Dynamo finds the Python wrappers under torch's own names and
+    records them in its graph; a C callable it does not know would break the graph (``Unsupported method
+    call``).  The declaration waits for the module ``torch._dynamo`` (the only private torch name here, as
+    an import to wait for: no public API says whether dynamo is loaded, and importing it costs about a
+    second), so a script that never compiles never pays for it."""
     if "torch._dynamo" in sys.modules:
         torch.compiler.allow_in_graph(wrapper)
         return wrapper
+    if not _undeclared:  # the first one waiting: one hook for all of them
+        after_import("torch._dynamo", _declare_undeclared)
     _undeclared.add(wrapper)
-    if not _dynamo_hook:
-        _dynamo_hook.append(True)
-
-        def declare(_module) -> None:
-            pending = list(_undeclared)
-            _undeclared.clear()
-            if pending:
-                torch.compiler.allow_in_graph(pending)
-            _dynamo_hook.clear()
-
-        after_import("torch._dynamo", declare)
     return wrapper
 
 
@@ -230,36 +234,32 @@ def _wrap_device_arg(t: Redirection, fn: Callable, label: str, pos: Optional[int
                               DEVICE)
         return compiled_in_graph(marked(wrapper, fn))
 
-    # the record is written out for the positional and the keyword device: a helper's frame would
-    # be most of the cost
+    # where hal._C lacks DeviceCall: the same in Python
+    def mapped(d, caller):
+        """``d``'s target, the call recorded at ``caller``; None where ``d`` is not a CUDA device."""
+        c = d.__class__
+        if c is str or c is DEVICE or c is int:
+            target = targets[d]
+            if target is not False:
+                row = sites.get((id(caller.f_code), caller.f_lasti, label, d))
+                if row is None:
+                    at(caller, (label, d), REDIRECTED, describer(target))
+                else:
+                    row["count"] += 1
+                return target
+        return None
+
     def call(*args, **kwargs):
         if pos is not None and len(args) > pos:
-            d = args[pos]
-            c = d.__class__
-            if c is str or c is DEVICE or c is int:
-                target = targets[d]
-                if target is not False:
-                    args = args[:pos] + (target,) + args[pos + 1:]
-                    f = _getframe(1)
-                    row = sites.get((id(f.f_code), f.f_lasti, label, d))
-                    if row is None:
-                        at(f, (label, d), REDIRECTED, describer(target))
-                    else:
-                        row["count"] += 1
+            target = mapped(args[pos], _getframe(1))
+            if target is not None:
+                args = args[:pos] + (target,) + args[pos + 1:]
         if kwargs:
             d = kwargs.get("device")
             if d is not None:
-                c = d.__class__
-                if c is str or c is DEVICE or c is int:
-                    target = targets[d]
-                    if target is not False:
-                        kwargs["device"] = target
-                        f = _getframe(1)
-                        row = sites.get((id(f.f_code), f.f_lasti, label, d))
-                        if row is None:
-                            at(f, (label, d), REDIRECTED, describer(target))
-                        else:
-                            row["count"] += 1
+                target = mapped(d, _getframe(1))
+                if target is not None:
+                    kwargs["device"] = target
             if unpinned and kwargs.get("pin_memory"):
                 kwargs["pin_memory"] = False
                 unpin()

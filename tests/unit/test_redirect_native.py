@@ -11,14 +11,14 @@ import torch
 
 import hal.redirect
 from hal.plugin.registry import Registry
-from hal.redirect._devices import native_call
 from hal.util.frames import short_path
 
 pytestmark = pytest.mark.emu
 
 HERE = short_path(__file__)
-NATIVE = native_call("DeviceCall") is not None
-needs_native = pytest.mark.skipif(not NATIVE, reason="hal._C without the C wrappers (not built, or Python < 3.11)")
+NATIVE = hal.redirect.native_wrappers()
+WHY_NOT = "the C wrappers are off here (hal._C not built, Python < 3.11, or HAL_REDIRECT_NATIVE=0)"
+needs_native = pytest.mark.skipif(not NATIVE, reason=WHY_NOT)
 
 
 @pytest.fixture
@@ -54,13 +54,15 @@ def _script(n):
 @pytest.mark.parametrize("native", ["1", "0"])
 def test_c_and_python_wrappers_map_and_log_alike(cpu_backend, monkeypatch, native):
     if native == "1" and not NATIVE:
-        pytest.skip("hal._C without the C wrappers (not built, or Python < 3.11)")
+        pytest.skip(WHY_NOT)
     monkeypatch.setenv("HAL_REDIRECT_NATIVE", native)
     with hal.redirect.enable(cpu_backend) as t:
         assert (type(torch.empty).__name__ == "DeviceCall") == (native == "1")
         assert (type(torch.cuda.is_available).__name__ == "SplitCall") == (native == "1")
         assert (type(torch.Tensor.cuda).__name__ == "CudaCall") == (native == "1")
         out, first = _script(7)
+        with pytest.raises(TypeError, match="bogus"):  # what the C Tensor.cuda does not know, Python answers
+            torch.ones(1).cuda(0, bogus=1)
     tensors = [o for o in out if isinstance(o, torch.Tensor)]
     assert {o.device.type for o in tensors} == {"cpu"}
     assert [o.dtype for o in tensors[:7]] == [torch.float32, torch.float32, torch.float32, torch.float32,
