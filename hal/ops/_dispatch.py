@@ -240,7 +240,11 @@ def plan(op: str, device_type: str, dtype) -> tuple:
 def _plan(gen, fn, why) -> tuple:
     """A plan tuple; its last item is the fallback reason a composition call records (one string
     object per plan, so the steady-state counter compares it by identity)."""
-    return gen, fn, why, None if why is None else f"{why}; ran the torch composition"
+    return gen, fn, why, None if why is None else _ran_composition(why)
+
+
+def _ran_composition(why: str) -> str:
+    return f"{why}; ran the torch composition"
 
 
 #: :func:`autograd_route`'s answer for a fused kernel made of differentiable torch ops
@@ -292,7 +296,7 @@ def run(op: str, device_type: str, args: tuple, composition: Callable, host: Cal
             out = fn(*args)
         except KernelUnsupported as exc:
             why = _refused(op, device_type, dtype, exc)
-            comp_why = f"{why}; ran the torch composition"
+            comp_why = _ran_composition(why)
         else:
             _record(op, "fused", None)
             return out
