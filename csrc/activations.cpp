@@ -2,6 +2,7 @@
 // forward and backward: argument checks here, the loops in isa/kernels.h (one copy per
 // instruction set, chosen at run time by isa.cpp).
 #include "common.h"
+#include "fastcall.h"
 #include "kernel_table.h"
 
 namespace hal {
@@ -80,7 +81,7 @@ void swiglu_fwd_raw(addr x, addr y, int64_t rows, int64_t n, int dtype) {
     const void* xp = raw_ptr(x, op, "x");
     void* yp = raw_ptr(y, op, "out");
     const HostKernels& k = host_kernels();
-    py::gil_scoped_release nogil;
+    ReleaseGil nogil(rows * 2 * n);
     k.swiglu_fwd(dt, xp, yp, rows, n);
 }
 
@@ -91,7 +92,7 @@ void swiglu_bwd_raw(addr dy, addr x, addr dx, int64_t rows, int64_t n, int dtype
     const void *gp = raw_ptr(dy, op, "grad"), *xp = raw_ptr(x, op, "x");
     void* dxp = raw_ptr(dx, op, "grad_x");
     const HostKernels& k = host_kernels();
-    py::gil_scoped_release nogil;
+    ReleaseGil nogil(rows * 2 * n);
     k.swiglu_bwd(dt, gp, xp, dxp, rows, n);
 }
 
@@ -102,7 +103,7 @@ void gelu_fwd_raw(addr x, addr y, int64_t n, int dtype, bool tanh_approx) {
     const void* xp = raw_ptr(x, op, "x");
     void* yp = raw_ptr(y, op, "out");
     const HostKernels& k = host_kernels();
-    py::gil_scoped_release nogil;
+    ReleaseGil nogil(n);
     k.gelu_fwd(dt, xp, yp, n, tanh_approx);
 }
 
@@ -113,7 +114,7 @@ void gelu_bwd_raw(addr dy, addr x, addr dx, int64_t n, int dtype, bool tanh_appr
     const void *gp = raw_ptr(dy, op, "grad"), *xp = raw_ptr(x, op, "x");
     void* dxp = raw_ptr(dx, op, "grad_x");
     const HostKernels& k = host_kernels();
-    py::gil_scoped_release nogil;
+    ReleaseGil nogil(n);
     k.gelu_bwd(dt, gp, xp, dxp, n, tanh_approx);
 }
 
@@ -125,14 +126,14 @@ void register_activations(py::module_& m) {
     m.def("gelu_fwd", &gelu_fwd, py::arg("x"), py::arg("out"), py::arg("tanh"), "GELU (exact, or tanh approximation)");
     m.def("gelu_bwd", &gelu_bwd, py::arg("grad"), py::arg("x"), py::arg("grad_x"), py::arg("tanh"), "GELU backward");
     // raw entries (addresses, dims, dtype code; the caller keeps the contract of common.h)
-    m.def("swiglu_fwd_raw", &swiglu_fwd_raw, py::arg("x"), py::arg("out"), py::arg("rows"), py::arg("n"),
-          py::arg("dtype"), "swiglu_fwd on raw addresses: x (rows, 2n), out (rows, n)");
-    m.def("swiglu_bwd_raw", &swiglu_bwd_raw, py::arg("grad"), py::arg("x"), py::arg("grad_x"), py::arg("rows"),
-          py::arg("n"), py::arg("dtype"), "swiglu_bwd on raw addresses: grad (rows, n), x and grad_x (rows, 2n)");
-    m.def("gelu_fwd_raw", &gelu_fwd_raw, py::arg("x"), py::arg("out"), py::arg("n"), py::arg("dtype"),
-          py::arg("tanh"), "gelu_fwd on raw addresses of n elements");
-    m.def("gelu_bwd_raw", &gelu_bwd_raw, py::arg("grad"), py::arg("x"), py::arg("grad_x"), py::arg("n"),
-          py::arg("dtype"), py::arg("tanh"), "gelu_bwd on raw addresses of n elements");
+    def_raw<&swiglu_fwd_raw>(m, "swiglu_fwd_raw", "swiglu_fwd_raw(x, out, rows, n, dtype, /)\n--\n\n"
+            "swiglu_fwd on raw addresses: x (rows, 2n), out (rows, n)");
+    def_raw<&swiglu_bwd_raw>(m, "swiglu_bwd_raw", "swiglu_bwd_raw(grad, x, grad_x, rows, n, dtype, /)\n--\n\n"
+            "swiglu_bwd on raw addresses: grad (rows, n), x and grad_x (rows, 2n)");
+    def_raw<&gelu_fwd_raw>(m, "gelu_fwd_raw", "gelu_fwd_raw(x, out, n, dtype, tanh, /)\n--\n\n"
+            "gelu_fwd on raw addresses of n elements");
+    def_raw<&gelu_bwd_raw>(m, "gelu_bwd_raw", "gelu_bwd_raw(grad, x, grad_x, n, dtype, tanh, /)\n--\n\n"
+            "gelu_bwd on raw addresses of n elements");
 }
 
 }  // namespace hal

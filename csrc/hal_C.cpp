@@ -4,7 +4,8 @@
 // torch tensors through .numpy()), release the GIL, and check shapes so that bad input
 // raises a Python error instead of crashing the process; their *_raw twins take addresses
 // and dims instead (the contract is in common.h).  Parallel regions open only above the
-// grain (parallel.h).  redirect_calls.cpp holds hal.redirect's hot wrappers as C types.
+// grain (parallel.h).  redirect_calls.cpp holds hal.redirect's hot wrappers as C types, op_entry.cpp
+// the way into a hal.ops operator in eager code.
 #include "common.h"
 
 #ifndef HAL_VERSION_INFO
@@ -39,8 +40,7 @@ f32arr rms_norm_f32(f32arr x, f32arr w, double eps) {
     float* yp = y.mutable_data();
     {
         py::gil_scoped_release nogil;
-#pragma omp parallel for schedule(static) if (hal::use_parallel(rows * cols))
-        for (int64_t r = 0; r < rows; ++r) {
+        hal::parallel_for(rows, rows * cols, [&](int64_t r) {
             const float* xr = xp + r * cols;
             float* yr = yp + r * cols;
             double acc = 0.0;
@@ -49,7 +49,7 @@ f32arr rms_norm_f32(f32arr x, f32arr w, double eps) {
             const float inv = static_cast<float>(1.0 / std::sqrt(acc / static_cast<double>(cols) + eps));
 #pragma omp simd
             for (int64_t c = 0; c < cols; ++c) yr[c] = xr[c] * inv * wp[c];
-        }
+        });
     }
     return y;
 }
@@ -69,6 +69,7 @@ PYBIND11_MODULE(_C, m) {
     hal::register_isa(m);
     hal::register_parallel(m);
     hal::register_redirect_calls(m);
+    hal::register_op_entry(m);
     py::dict codes;  // the dtype argument of the *_raw entries
     codes["float32"] = 0;
     codes["float16"] = 1;

@@ -3,6 +3,7 @@
 // backward pass instead of being stored: a row is still in cache, and the forward then
 // writes nothing but its outputs.
 #include "common.h"
+#include "fastcall.h"
 
 namespace hal {
 namespace {
@@ -75,14 +76,13 @@ void rms_norm_fwd_run(DType dt, const void* x, const void* w, void* y, int64_t r
         const T* xp = static_cast<const T*>(x);
         const T* wp = static_cast<const T*>(w);
         T* yp = static_cast<T*>(y);
-#pragma omp parallel for schedule(guided) if (use_parallel(rows * cols))
-        for (int64_t r = 0; r < rows; ++r) {
+        parallel_for(rows, rows * cols, [&](int64_t r) {
             const T* xr = xp + r * cols;
             T* yr = yp + r * cols;
             const float rstd = static_cast<float>(1.0 / std::sqrt(row_mean_square(xr, cols) + eps));
 #pragma omp simd
             for (int64_t c = 0; c < cols; ++c) store(yr, c, load(xr, c) * rstd * load(wp, c));
-        }
+        });
     });
 }
 
@@ -96,8 +96,7 @@ void add_rms_norm_fwd_run(DType dt, const void* x, const void* residual, const v
         const T* wp = static_cast<const T*>(w);
         T* yp = static_cast<T*>(y);
         T* hp = static_cast<T*>(h);
-#pragma omp parallel for schedule(guided) if (use_parallel(rows * cols))
-        for (int64_t r = 0; r < rows; ++r) {
+        parallel_for(rows, rows * cols, [&](int64_t r) {
             const T* xr = xp + r * cols;
             const T* rr = rp + r * cols;
             T* hr = hp + r * cols;
@@ -107,7 +106,7 @@ void add_rms_norm_fwd_run(DType dt, const void* x, const void* residual, const v
             const float rstd = static_cast<float>(1.0 / std::sqrt(row_mean_square(hr, cols) + eps));
 #pragma omp simd
             for (int64_t c = 0; c < cols; ++c) store(yr, c, load(hr, c) * rstd * load(wp, c));
-        }
+        });
     });
 }
 
@@ -121,10 +120,8 @@ void rms_norm_bwd_run(DType dt, const void* dy, const void* x, const void* w, vo
         T* dxp = static_cast<T*>(dx);
         ChunkedColumnSums acc(rows, cols, 1);
         const int64_t chunks = acc.chunks(), blocks = acc.blocks();
-#pragma omp parallel if (use_parallel(rows * cols))
-        {
-#pragma omp for schedule(dynamic, 1)
-            for (int64_t k = 0; k < chunks; ++k) {
+        parallel_two_loops(
+            rows * cols, chunks, [&](int64_t k) {
                 double* dwr = acc.zeroed(0, k);
                 for (int64_t r = acc.begin(k); r < acc.end(k); ++r) {
                     const T* xr = xp + r * cols;
@@ -144,10 +141,8 @@ void rms_norm_bwd_run(DType dt, const void* dy, const void* x, const void* w, vo
                     for (int64_t c = 0; c < cols; ++c)
                         store(dxr, c, load(gr, c) * load(wp, c) * rstd - load(xr, c) * kk);
                 }
-            }
-#pragma omp for schedule(static)
-            for (int64_t b = 0; b < blocks; ++b) acc.total(0, b, dwp);
-        }
+            },
+            blocks, [&](int64_t b) { acc.total(0, b, dwp); });
     });
 }
 
@@ -163,8 +158,7 @@ void layer_norm_fwd_run(DType dt, const void* x, const void* residual, const voi
         const T* bp = static_cast<const T*>(b);
         T* yp = static_cast<T*>(y);
         const bool has_res = rp != nullptr;
-#pragma omp parallel for schedule(guided) if (use_parallel(rows * cols))
-        for (int64_t r = 0; r < rows; ++r) {
+        parallel_for(rows, rows * cols, [&](int64_t r) {
             const T* src = xp + r * cols;
             if (has_res) {  // the sum is rounded to T first, exactly like x + residual in torch
                 const T* xr = xp + r * cols;
@@ -195,7 +189,7 @@ void layer_norm_fwd_run(DType dt, const void* x, const void* residual, const voi
 #pragma omp simd
                 for (int64_t c = 0; c < cols; ++c) store(yr, c, (load(src, c) - mean) * rstd * load(wp, c));
             }
-        }
+        });
     });
 }
 
@@ -213,10 +207,8 @@ void layer_norm_bwd_run(DType dt, const void* dy, const void* dh_extra, const vo
         const bool has_db = dbp != nullptr;
         ChunkedColumnSums acc(rows, cols, has_db ? 2 : 1);
         const int64_t chunks = acc.chunks(), blocks = acc.blocks();
-#pragma omp parallel if (use_parallel(rows * cols))
-        {
-#pragma omp for schedule(dynamic, 1)
-            for (int64_t k = 0; k < chunks; ++k) {
+        parallel_two_loops(
+            rows * cols, chunks, [&](int64_t k) {
                 double* dwr = acc.zeroed(0, k);
                 double* dbr = has_db ? acc.zeroed(1, k) : nullptr;
                 for (int64_t r = acc.begin(k); r < acc.end(k); ++r) {
@@ -266,13 +258,11 @@ void layer_norm_bwd_run(DType dt, const void* dy, const void* dh_extra, const vo
                         }
                     }
                 }
-            }
-#pragma omp for schedule(static)
-            for (int64_t b = 0; b < blocks; ++b) {
+            },
+            blocks, [&](int64_t b) {
                 acc.total(0, b, dwp);
                 if (has_db) acc.total(1, b, dbp);
-            }
-        }
+            });
     });
 }
 
@@ -381,7 +371,7 @@ void rms_norm_fwd_raw(addr x, addr w, addr y, int64_t rows, int64_t cols, int dt
     check_dims({rows, cols}, op);
     const void *xp = raw_ptr(x, op, "x"), *wp = raw_ptr(w, op, "weight");
     void* yp = raw_ptr(y, op, "out");
-    py::gil_scoped_release nogil;
+    ReleaseGil nogil(rows * cols);
     rms_norm_fwd_run(dt, xp, wp, yp, rows, cols, eps);
 }
 
@@ -392,7 +382,7 @@ void add_rms_norm_fwd_raw(addr x, addr residual, addr w, addr y, addr h_out, int
     check_dims({rows, cols}, op);
     const void *xp = raw_ptr(x, op, "x"), *rp = raw_ptr(residual, op, "residual"), *wp = raw_ptr(w, op, "weight");
     void *yp = raw_ptr(y, op, "out"), *hp = raw_ptr(h_out, op, "residual_out");
-    py::gil_scoped_release nogil;
+    ReleaseGil nogil(rows * cols);
     add_rms_norm_fwd_run(dt, xp, rp, wp, yp, hp, rows, cols, eps);
 }
 
@@ -404,7 +394,7 @@ void rms_norm_bwd_raw(addr dy, addr x, addr w, addr dx, addr dw, int64_t rows, i
     const void *gp = raw_ptr(dy, op, "grad"), *xp = raw_ptr(x, op, "x"), *wp = raw_ptr(w, op, "weight");
     void* dxp = raw_ptr(dx, op, "grad_x");
     float* dwp = static_cast<float*>(raw_ptr(dw, op, "grad_weight"));
-    py::gil_scoped_release nogil;
+    ReleaseGil nogil(rows * cols);
     rms_norm_bwd_run(dt, gp, xp, wp, dxp, dwp, rows, cols, eps);
 }
 
@@ -417,7 +407,7 @@ void layer_norm_fwd_raw(addr x, addr residual, addr w, addr b, addr y, addr h_ou
         throw std::invalid_argument("layer_norm: residual and residual_out must be given together");
     const void *xp = raw_ptr(x, op, "x"), *wp = raw_ptr(w, op, "weight");
     void* yp = raw_ptr(y, op, "out");
-    py::gil_scoped_release nogil;
+    ReleaseGil nogil(rows * cols);
     layer_norm_fwd_run(dt, xp, raw_opt(residual), wp, raw_opt(b), yp, raw_opt(h_out), rows, cols, eps);
 }
 
@@ -429,7 +419,7 @@ void layer_norm_bwd_raw(addr dy, addr dh_extra, addr h, addr w, addr dh, addr dw
     const void *gp = raw_ptr(dy, op, "grad"), *hp = raw_ptr(h, op, "x"), *wp = raw_ptr(w, op, "weight");
     void* dhp = raw_ptr(dh, op, "grad_x");
     float* dwp = static_cast<float*>(raw_ptr(dw, op, "grad_weight"));
-    py::gil_scoped_release nogil;
+    ReleaseGil nogil(rows * cols);
     layer_norm_bwd_run(dt, gp, raw_opt(dh_extra), hp, wp, dhp, dwp, static_cast<float*>(raw_opt(db)), rows, cols,
                        eps);
 }
@@ -451,21 +441,22 @@ void register_norms(py::module_& m) {
           py::arg("weight"), py::arg("grad_x"), py::arg("grad_weight"), py::arg("grad_bias"), py::arg("eps"),
           "LayerNorm backward at x (the normalised input); weight/bias grads are float32");
     // raw entries (addresses, dims, dtype code; the caller keeps the contract of common.h); 0 = absent
-    m.def("rms_norm_fwd_raw", &rms_norm_fwd_raw, py::arg("x"), py::arg("weight"), py::arg("out"), py::arg("rows"),
-          py::arg("cols"), py::arg("dtype"), py::arg("eps"), "rms_norm_fwd on raw addresses");
-    m.def("add_rms_norm_fwd_raw", &add_rms_norm_fwd_raw, py::arg("x"), py::arg("residual"), py::arg("weight"),
-          py::arg("out"), py::arg("residual_out"), py::arg("rows"), py::arg("cols"), py::arg("dtype"),
-          py::arg("eps"), "add_rms_norm_fwd on raw addresses");
-    m.def("rms_norm_bwd_raw", &rms_norm_bwd_raw, py::arg("grad"), py::arg("x"), py::arg("weight"),
-          py::arg("grad_x"), py::arg("grad_weight"), py::arg("rows"), py::arg("cols"), py::arg("dtype"),
-          py::arg("eps"), "rms_norm_bwd on raw addresses (grad_weight float32)");
-    m.def("layer_norm_fwd_raw", &layer_norm_fwd_raw, py::arg("x"), py::arg("residual"), py::arg("weight"),
-          py::arg("bias"), py::arg("out"), py::arg("residual_out"), py::arg("rows"), py::arg("cols"),
-          py::arg("dtype"), py::arg("eps"), "layer_norm_fwd on raw addresses (residual, bias, residual_out: 0 = none)");
-    m.def("layer_norm_bwd_raw", &layer_norm_bwd_raw, py::arg("grad"), py::arg("grad_residual_out"), py::arg("x"),
-          py::arg("weight"), py::arg("grad_x"), py::arg("grad_weight"), py::arg("grad_bias"), py::arg("rows"),
-          py::arg("cols"), py::arg("dtype"), py::arg("eps"),
-          "layer_norm_bwd on raw addresses (grad_residual_out, grad_bias: 0 = none; weight/bias grads float32)");
+    def_raw<&rms_norm_fwd_raw>(m, "rms_norm_fwd_raw",
+            "rms_norm_fwd_raw(x, weight, out, rows, cols, dtype, eps, /)\n--\n\n"
+            "rms_norm_fwd on raw addresses");
+    def_raw<&add_rms_norm_fwd_raw>(m, "add_rms_norm_fwd_raw",
+            "add_rms_norm_fwd_raw(x, residual, weight, out, residual_out, rows, cols, dtype, eps, /)\n--\n\n"
+            "add_rms_norm_fwd on raw addresses");
+    def_raw<&rms_norm_bwd_raw>(m, "rms_norm_bwd_raw",
+            "rms_norm_bwd_raw(grad, x, weight, grad_x, grad_weight, rows, cols, dtype, eps, /)\n--\n\n"
+            "rms_norm_bwd on raw addresses (grad_weight float32)");
+    def_raw<&layer_norm_fwd_raw>(m, "layer_norm_fwd_raw",
+            "layer_norm_fwd_raw(x, residual, weight, bias, out, residual_out, rows, cols, dtype, eps, /)\n--\n\n"
+            "layer_norm_fwd on raw addresses (residual, bias, residual_out: 0 = none)");
+    def_raw<&layer_norm_bwd_raw>(m, "layer_norm_bwd_raw",
+            "layer_norm_bwd_raw(grad, grad_residual_out, x, weight, grad_x, grad_weight, grad_bias, rows, "
+            "cols, dtype, eps, /)\n--\n\n"
+            "layer_norm_bwd on raw addresses (grad_residual_out, grad_bias: 0 = none; weight/bias grads float32)");
 }
 
 }  // namespace hal

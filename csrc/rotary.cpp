@@ -3,6 +3,7 @@
 // (BSHD, SBHD, BHSD) maps onto it.  cos/sin are float32 (positions, rotary_dim / 2);
 // columns past rotary_dim pass through.  sign = -1 rotates backwards (the gradient).
 #include "common.h"
+#include "fastcall.h"
 
 namespace hal {
 namespace {
@@ -15,8 +16,7 @@ void rotary_fwd_run(DType dt, const void* x, const float* cp, const float* sp, v
         const T* xp = static_cast<const T*>(x);
         T* yp = static_cast<T*>(y);
         const float sg = static_cast<float>(sign);
-#pragma omp parallel for schedule(guided) if (use_parallel(rows * dim))
-        for (int64_t r = 0; r < rows; ++r) {
+        parallel_for(rows, rows * dim, [&](int64_t r) {
             const int64_t p = (r / pos_div) % pos_mod;
             const T* xr = xp + r * dim;
             T* yr = yp + r * dim;
@@ -40,7 +40,7 @@ void rotary_fwd_run(DType dt, const void* x, const float* cp, const float* sp, v
                 }
             }
             for (int64_t i = 2 * half; i < dim; ++i) yr[i] = xr[i];
-        }
+        });
     });
 }
 
@@ -85,7 +85,7 @@ void rotary_fwd_raw(std::uintptr_t x, std::uintptr_t cos, std::uintptr_t sin, st
     const float* cp = static_cast<const float*>(raw_ptr(cos, op, "cos"));
     const float* sp = static_cast<const float*>(raw_ptr(sin, op, "sin"));
     void* yp = raw_ptr(y, op, "out");
-    py::gil_scoped_release nogil;
+    ReleaseGil nogil(rows * dim);
     rotary_fwd_run(dt, xp, cp, sp, yp, rows, dim, half, pos_div, pos_mod, interleaved, sign);
 }
 
@@ -95,10 +95,9 @@ void register_rotary(py::module_& m) {
     m.def("rotary_fwd", &rotary_fwd, py::arg("x"), py::arg("cos"), py::arg("sin"), py::arg("out"),
           py::arg("pos_div"), py::arg("pos_mod"), py::arg("interleaved"), py::arg("sign") = 1,
           "Rotary embedding of a (rows, head_dim) buffer; sign=-1 gives the backward rotation");
-    m.def("rotary_fwd_raw", &rotary_fwd_raw, py::arg("x"), py::arg("cos"), py::arg("sin"), py::arg("out"),
-          py::arg("rows"), py::arg("dim"), py::arg("half"), py::arg("pos_div"), py::arg("pos_mod"),
-          py::arg("interleaved"), py::arg("sign"), py::arg("dtype"),
-          "rotary_fwd on raw addresses; cos/sin float32 (pos_mod, half)");
+    def_raw<&rotary_fwd_raw>(m, "rotary_fwd_raw",
+            "rotary_fwd_raw(x, cos, sin, out, rows, dim, half, pos_div, pos_mod, interleaved, sign, dtype, /)\n--\n\n"
+            "rotary_fwd on raw addresses; cos/sin float32 (pos_mod, half)");
 }
 
 }  // namespace hal

@@ -5,6 +5,7 @@
 // left to attend to comes out all zeros, never NaN.  Argument checks here; the loops are
 // in isa/kernels.h (one copy per instruction set, chosen at run time by isa.cpp).
 #include "common.h"
+#include "fastcall.h"
 #include "kernel_table.h"
 
 namespace hal {
@@ -19,7 +20,7 @@ void softmax_fwd_run(DType dt, const void* x, const void* mask, int mask_kind, i
     const float* ma = mask_kind == 2 ? static_cast<const float*>(mask) : nullptr;
     // one score row per thread, allocated here so that running out of memory is a MemoryError
     std::vector<float> scratch(static_cast<size_t>(max_threads()) * static_cast<size_t>(cols));
-    py::gil_scoped_release nogil;
+    ReleaseGil nogil(rows * cols);
     k.softmax_fwd(dt, x, mb, ma, mrows, y, rows, cols, sc, causal, q_len, scratch.data());
 }
 
@@ -95,7 +96,7 @@ void softmax_bwd_raw(std::uintptr_t dy, std::uintptr_t y, std::uintptr_t dx, int
     const void *gp = raw_ptr(dy, op, "grad"), *yp = raw_ptr(y, op, "out");
     void* dxp = raw_ptr(dx, op, "grad_x");
     const HostKernels& k = host_kernels();
-    py::gil_scoped_release nogil;
+    ReleaseGil nogil(rows * cols);
     k.softmax_bwd(dt, gp, yp, dxp, rows, cols, static_cast<float>(scale));
 }
 
@@ -107,12 +108,12 @@ void register_softmax(py::module_& m) {
     m.def("softmax_bwd", &softmax_bwd, py::arg("grad"), py::arg("out"), py::arg("grad_x"), py::arg("scale"),
           "softmax backward from the forward output");
     // raw entries (addresses, dims, dtype code; the caller keeps the contract of common.h)
-    m.def("softmax_fwd_raw", &softmax_fwd_raw, py::arg("x"), py::arg("mask"), py::arg("mask_kind"),
-          py::arg("mask_rows"), py::arg("out"), py::arg("rows"), py::arg("cols"), py::arg("dtype"), py::arg("scale"),
-          py::arg("causal"), py::arg("q_len"),
-          "softmax_fwd on raw addresses; mask_kind 0 none (mask 0), 1 bool/uint8, 2 float32 added");
-    m.def("softmax_bwd_raw", &softmax_bwd_raw, py::arg("grad"), py::arg("out"), py::arg("grad_x"), py::arg("rows"),
-          py::arg("cols"), py::arg("dtype"), py::arg("scale"), "softmax_bwd on raw addresses");
+    def_raw<&softmax_fwd_raw>(m, "softmax_fwd_raw",
+            "softmax_fwd_raw(x, mask, mask_kind, mask_rows, out, rows, cols, dtype, scale, causal, q_len, /)\n--\n\n"
+            "softmax_fwd on raw addresses; mask_kind 0 none (mask 0), 1 bool/uint8, 2 float32 added");
+    def_raw<&softmax_bwd_raw>(m, "softmax_bwd_raw",
+            "softmax_bwd_raw(grad, out, grad_x, rows, cols, dtype, scale, /)\n--\n\n"
+            "softmax_bwd on raw addresses");
 }
 
 }  // namespace hal

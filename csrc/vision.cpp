@@ -2,6 +2,7 @@
 // following torchvision's definitions (boxes x1, y1, x2, y2; rois (K, 5) with the batch
 // index first; bilinear sampling with an adaptive grid when sampling_ratio <= 0).
 #include "common.h"
+#include "fastcall.h"
 
 #include <algorithm>
 #include <numeric>
@@ -280,13 +281,14 @@ void register_vision(py::module_& m) {
     m.def("roi_align_bwd", &roi_align_bwd, py::arg("grad"), py::arg("boxes"), py::arg("grad_input"),
           py::arg("spatial_scale"), py::arg("sampling_ratio"), py::arg("aligned"),
           "RoIAlign backward into a float32 grad_input (N, C, H, W)");
-    m.def("roi_align_fwd_raw", &roi_align_fwd_raw, py::arg("input"), py::arg("boxes"), py::arg("out"), py::arg("N"),
-          py::arg("C"), py::arg("H"), py::arg("W"), py::arg("K"), py::arg("PH"), py::arg("PW"), py::arg("dtype"),
-          py::arg("spatial_scale"), py::arg("sampling_ratio"), py::arg("aligned"), "roi_align_fwd on raw addresses");
-    m.def("roi_align_bwd_raw", &roi_align_bwd_raw, py::arg("grad"), py::arg("boxes"), py::arg("grad_input"),
-          py::arg("N"), py::arg("C"), py::arg("H"), py::arg("W"), py::arg("K"), py::arg("PH"), py::arg("PW"),
-          py::arg("dtype"), py::arg("spatial_scale"), py::arg("sampling_ratio"), py::arg("aligned"),
-          "roi_align_bwd on raw addresses (grad_input float32)");
+    def_raw<&roi_align_fwd_raw>(m, "roi_align_fwd_raw",
+            "roi_align_fwd_raw(input, boxes, out, N, C, H, W, K, PH, PW, dtype, spatial_scale, "
+            "sampling_ratio, aligned, /)\n--\n\n"
+            "roi_align_fwd on raw addresses");
+    def_raw<&roi_align_bwd_raw>(m, "roi_align_bwd_raw",
+            "roi_align_bwd_raw(grad, boxes, grad_input, N, C, H, W, K, PH, PW, dtype, spatial_scale, "
+            "sampling_ratio, aligned, /)\n--\n\n"
+            "roi_align_bwd on raw addresses (grad_input float32)");
 }
 
 }  // namespace hal

@@ -15,7 +15,7 @@ Kernels open an OpenMP parallel region only when the call touches more elements 
 grain_size() (32768, as ATen's parallel_for) and more than one thread is available; below it
 they run on the caller's thread.  Results are bitwise the same either way.
 """
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -120,3 +120,12 @@ class SplitCall:
     def __init__(self, orig: Callable[..., Any], for_user: Callable[..., Any], internal: Dict[Optional[str], bool],
                  takes_caller: bool = False) -> None: ...
     def __call__(self, *args: Any, **kwargs: Any) -> Any: ...
+
+class OpEntry:
+    name: str
+    custom: Callable[..., Any]
+    impl: Callable[..., Any]
+    def __init__(self, custom: Callable[..., Any], impl: Callable[..., Any], grad_call: Callable[..., Any],
+                 guards: Tuple[Callable[[], Any], ...], plain: Tuple[type, ...], tensor_type: type,
+                 name: str) -> None: ...
+    def __call__(self, *args: Any) -> Any: ...

@@ -4,6 +4,7 @@ import torch
 import torch.nn.functional as F
 
 from hal.ops._dispatch import KernelUnsupported
+from hal.ops.compositions import as_dtype
 from hal_backends.fused import vendor_attr
 
 
@@ -11,24 +12,24 @@ def rms_norm(x, weight, eps):
     fn = getattr(F, "rms_norm", None)
     if fn is None:
         raise KernelUnsupported("torch.nn.functional.rms_norm needs torch >= 2.4")
-    return fn(x, (x.shape[-1],), weight.to(x.dtype), eps)
+    return fn(x, (x.shape[-1],), as_dtype(weight, x.dtype), eps)
 
 
 def layer_norm(x, weight, bias, eps):
-    return F.layer_norm(x, (x.shape[-1],), weight.to(x.dtype), None if bias is None else bias.to(x.dtype), eps)
+    return F.layer_norm(x, (x.shape[-1],), as_dtype(weight, x.dtype), as_dtype(bias, x.dtype), eps)
 
 
 def layer_norm_backward(grad, grad_residual_out, x, weight, eps):
     """(grad_x, grad_weight, grad_bias) from ATen's native_layer_norm_backward; the row statistics
     are recomputed with native_layer_norm (hal's backward signature carries none)."""
     n = x.shape[-1]
-    w = weight.to(x.dtype)
+    w = as_dtype(weight, x.dtype)
     _, mean, rstd = torch.ops.aten.native_layer_norm(x, [n], w, None, eps)
-    dx, dw, db = torch.ops.aten.native_layer_norm_backward(grad.to(x.dtype), x, [n], mean, rstd, w,
+    dx, dw, db = torch.ops.aten.native_layer_norm_backward(as_dtype(grad, x.dtype), x, [n], mean, rstd, w,
                                                            torch.zeros_like(w), [True, True, True])
     if grad_residual_out is not None:
-        dx = dx + grad_residual_out.to(dx.dtype)
-    return dx, dw.to(weight.dtype), db.to(weight.dtype)
+        dx = dx + as_dtype(grad_residual_out, dx.dtype)
+    return dx, as_dtype(dw, weight.dtype), as_dtype(db, weight.dtype)
 
 
 def gelu(x, approximate):
@@ -65,7 +66,7 @@ def flash_rotary_embedding(x, cos, sin, interleaved, seq_dim):
     if x.dim() != 4 or seq_dim != 1:
         raise KernelUnsupported("flash-attn rotary takes (batch, seq, heads, head_dim) only (seq_dim=1)")
     fn = vendor_attr("flash_attn.layers.rotary", "apply_rotary_emb")
-    return fn(x, cos.to(x.dtype), sin.to(x.dtype), interleaved=interleaved)
+    return fn(x, as_dtype(cos, x.dtype), as_dtype(sin, x.dtype), interleaved=interleaved)
 
 
 def flash_add_layer_norm(x, weight, bias, eps, residual):

@@ -29,14 +29,6 @@ constexpr float kSqrt2_Pi = 0.79788456080286535588f;   // sqrt(2/pi)
 constexpr float kInvSqrt2Pi = 0.39894228040143267794f;  // 1/sqrt(2*pi)
 constexpr float kGeluC = 0.044715f;
 
-inline int thread_num() {
-#ifdef _OPENMP
-    return omp_get_thread_num();
-#else
-    return 0;
-#endif
-}
-
 // Call fn(T{}) with T the element type of dtype d.
 template <class Fn>
 inline void by_dtype(DType d, Fn&& fn) {
@@ -52,8 +44,7 @@ void swiglu_fwd(DType dt, const void* x, void* y, int64_t rows, int64_t n) {
         using T = decltype(tag);
         const T* xp = static_cast<const T*>(x);
         T* yp = static_cast<T*>(y);
-#pragma omp parallel for schedule(guided) if (use_parallel(rows * 2 * n))
-        for (int64_t r = 0; r < rows; ++r) {
+        parallel_for(rows, rows * 2 * n, [&](int64_t r) {
             const T* a = xp + r * 2 * n;
             const T* b = a + n;
             T* yr = yp + r * n;
@@ -62,7 +53,7 @@ void swiglu_fwd(DType dt, const void* x, void* y, int64_t rows, int64_t n) {
                 const float av = load(a, i);
                 store(yr, i, av * sigmoid_f(av) * load(b, i));
             }
-        }
+        });
     });
 }
 
@@ -72,8 +63,7 @@ void swiglu_bwd(DType dt, const void* grad, const void* x, void* grad_x, int64_t
         const T* xp = static_cast<const T*>(x);
         const T* gp = static_cast<const T*>(grad);
         T* dxp = static_cast<T*>(grad_x);
-#pragma omp parallel for schedule(guided) if (use_parallel(rows * 2 * n))
-        for (int64_t r = 0; r < rows; ++r) {
+        parallel_for(rows, rows * 2 * n, [&](int64_t r) {
             const T* a = xp + r * 2 * n;
             const T* b = a + n;
             const T* g = gp + r * n;
@@ -86,7 +76,7 @@ void swiglu_bwd(DType dt, const void* grad, const void* x, void* grad_x, int64_t
                 store(da, i, gv * bv * s * (1.0f + av * (1.0f - s)));
                 store(db, i, gv * av * s);
             }
-        }
+        });
     });
 }
 
@@ -99,8 +89,7 @@ constexpr int64_t kElemBlock = 4096;
 template <class Body>
 inline void by_blocks(int64_t n, Body&& body) {
     const int64_t blocks = (n + kElemBlock - 1) / kElemBlock;
-#pragma omp parallel for schedule(guided) if (use_parallel(n))
-    for (int64_t b = 0; b < blocks; ++b) body(b * kElemBlock, b + 1 == blocks ? n : (b + 1) * kElemBlock);
+    parallel_for(blocks, n, [&](int64_t b) { body(b * kElemBlock, b + 1 == blocks ? n : (b + 1) * kElemBlock); });
 }
 
 void gelu_fwd(DType dt, const void* x, void* y, int64_t n, bool tanh_approx) {
@@ -167,11 +156,7 @@ void softmax_fwd(DType dt, const void* x, const uint8_t* mb, const float* ma, in
         using T = decltype(tag);
         const T* xp = static_cast<const T*>(x);
         T* yp = static_cast<T*>(y);
-#pragma omp parallel if (use_parallel(rows * cols))
-        {
-            float* v = scratch + static_cast<int64_t>(thread_num()) * cols;
-#pragma omp for schedule(guided)
-            for (int64_t r = 0; r < rows; ++r) {
+        parallel_for_scratch(rows, rows * cols, scratch, cols, [&](int64_t r, float* v) {
                 const T* xr = xp + r * cols;
                 T* yr = yp + r * cols;
                 const int64_t mr = (r % mrows) * cols;
@@ -191,7 +176,7 @@ void softmax_fwd(DType dt, const void* x, const uint8_t* mb, const float* ma, in
                 for (int64_t c = 0; c < limit; ++c) mx = mx < v[c] ? v[c] : mx;
                 if (mx == ninf) {  // nothing to attend to
                     for (int64_t c = 0; c < cols; ++c) store(yr, c, 0.0f);
-                    continue;
+                    return;
                 }
                 double sum = 0.0;
 #pragma omp simd reduction(+ : sum)
@@ -203,8 +188,7 @@ void softmax_fwd(DType dt, const void* x, const uint8_t* mb, const float* ma, in
 #pragma omp simd
                 for (int64_t c = 0; c < limit; ++c) store(yr, c, v[c] * inv);
                 for (int64_t c = limit; c < cols; ++c) store(yr, c, 0.0f);
-            }
-        }
+        });
     });
 }
 
@@ -215,8 +199,7 @@ void softmax_bwd(DType dt, const void* grad, const void* y, void* grad_x, int64_
         const T* gp = static_cast<const T*>(grad);
         const T* yp = static_cast<const T*>(y);
         T* dp = static_cast<T*>(grad_x);
-#pragma omp parallel for schedule(guided) if (use_parallel(rows * cols))
-        for (int64_t r = 0; r < rows; ++r) {
+        parallel_for(rows, rows * cols, [&](int64_t r) {
             const T* gr = gp + r * cols;
             const T* yr = yp + r * cols;
             T* dr = dp + r * cols;
@@ -226,7 +209,7 @@ void softmax_bwd(DType dt, const void* grad, const void* y, void* grad_x, int64_
             const float d = static_cast<float>(dot);
 #pragma omp simd
             for (int64_t c = 0; c < cols; ++c) store(dr, c, sc * load(yr, c) * (load(gr, c) - d));
-        }
+        });
     });
 }
 

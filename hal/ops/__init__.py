@@ -17,6 +17,7 @@ device, else the C++ host kernel through host memory.  Fallbacks are counted
     p = hal.ops.softmax(scores, causal=True, scale=0.125)
     print(hal.ops.stats())
 """
+from hal.ops._boundary import native_entry
 from hal.ops._dispatch import (FallbackWarning, KernelUnsupported, declared_kernels, reset_stats, stats,
                                use_path)
 from hal.ops.activations import gelu, swiglu
@@ -31,5 +32,5 @@ OPS = ("rms_norm", "add_rms_norm", "layer_norm", "add_layer_norm", "rotary_embed
        "fused_adamw_", "nms", "roi_align")
 
 __all__ = ["FallbackWarning", "KernelUnsupported", "OPS", "declared_kernels", "fused_adamw_", "gelu",
-           "layer_norm", "nms", "reset_stats", "rms_norm", "roi_align", "rotary_embedding", "softmax", "stats",
+           "layer_norm", "native_entry", "nms", "reset_stats", "rms_norm", "roi_align", "rotary_embedding", "softmax", "stats",
            "swiglu", "use_path"]

@@ -18,9 +18,14 @@ whole of a decode-sized kernel.  So :class:`Op` decides per call:
 
 Where a fused kernel runs, both routes run the same implementation and backward formula, so
 results are bitwise the same; bench/bench_op_boundary.py measures what each route costs.
+
+The decision itself is made in C where ``hal._C`` has ``OpEntry`` (csrc/op_entry.cpp; Python >=
+3.11): a Python ``__call__`` with its argument walk costs ~2 us a call, a decode-sized kernel
+less.  :class:`Op` is the same decision in Python, used elsewhere and with ``HAL_OPS_NATIVE=0``.
 """
 from __future__ import annotations
 
+import os
 from typing import Callable, Optional
 
 import torch
@@ -28,6 +33,7 @@ from torch import Tensor
 from torch.nn import Parameter
 
 from hal.ops._dispatch import DIFFERENTIABLE_FUSED, autograd_route, record_composition
+from hal.util.in_graph import compiled_in_graph
 
 _PLAIN = (Tensor, Parameter)
 _is_compiling = torch.compiler.is_compiling
@@ -38,6 +44,13 @@ _grad_enabled = torch.is_grad_enabled
 # read these same two).  Where a torch lacks either, every call takes the custom op (always correct).
 _dispatch_modes = getattr(torch._C, "_len_torch_dispatch_stack", None)
 _functorch_active = getattr(torch._C, "_are_functorch_transforms_active", None)
+
+
+#: what makes a call of the C entry take the custom op whatever its arguments (zero-argument
+#: callables, any true).  Not torch.compiler.is_compiling: the C entry is declared to torch.compile
+#: (hal.util.in_graph), so dynamo records it in its graph and never runs it on real tensors while
+#: tracing; the graph's later tracing passes fake or functional tensors, which take the custom op.
+_GUARDS = tuple(g for g in (_is_tracing, _dispatch_modes, _functorch_active) if g is not None)
 
 
 def _eager_args(args) -> Optional[bool]:
@@ -102,7 +115,13 @@ class Op:
         grad = _eager_args(args)
         if grad is None:
             return self.custom(*args)
-        if grad and self.function is not None and _grad_enabled():
+        if grad:
+            return self.grad_call(*args)
+        return self.impl(*args)
+
+    def grad_call(self, *args):
+        """An eager call in which some tensor requires grad (the eager route's autograd part)."""
+        if self.function is not None and _grad_enabled():
             route = autograd_route(self.name, args[0]) if self.composition is not None else None
             if route == DIFFERENTIABLE_FUSED:  # the fused kernel is torch ops: torch's autograd
                 return self.impl(*args)
@@ -136,4 +155,32 @@ def define(name: str, impl: Callable, *, fake: Callable, setup_context: Optional
     custom.register_fake(fake)
     if setup_context is not None:
         custom.register_autograd(backward, setup_context=setup_context)
-    return Op(getattr(torch.ops.hal, name), impl, setup_context, backward, composition, name)
+    return entry(Op(getattr(torch.ops.hal, name), impl, setup_context, backward, composition, name))
+
+
+def entry(op: Op):
+    """``op``'s decision made in C (``hal._C.OpEntry``: same routes, same arguments) where it is
+    built, else ``op`` itself.  ``HAL_OPS_NATIVE=0`` keeps the Python entry."""
+    native = _native_entry()
+    if native is None:
+        return op
+    fast = native(op.custom, op.impl, op.grad_call, _GUARDS, _PLAIN, Tensor, op.name)
+    fast.op = op  # the Python entry, for its attributes (function, composition)
+    fast.__name__ = fast.__qualname__ = op.name  # what torch.compile's graph names the call by
+    fast.__module__ = "hal.ops"
+    return compiled_in_graph(fast)  # traced by torch.compile: fake tensors take the custom op
+
+
+def native_entry() -> bool:
+    """True when hal.ops operators are entered through ``hal._C.OpEntry`` (C), False for the Python :class:`Op`."""
+    return _native_entry() is not None
+
+
+def _native_entry():
+    if os.environ.get("HAL_OPS_NATIVE", "1") == "0" or _dispatch_modes is None or _functorch_active is None:
+        return None
+    try:
+        from hal._C import OpEntry
+    except ImportError:  # not built, or Python < 3.11 (no OpEntry)
+        return None
+    return OpEntry

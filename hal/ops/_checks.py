@@ -34,3 +34,34 @@ def no_grad_needed(op: str, name: str, t) -> None:
     if t is not None and t.requires_grad:
         raise ValueError(f"hal.ops.{op}: {name} requires grad, but {op} does not differentiate with respect "
                          f"to {name}; pass {name}.detach()")
+
+
+def floating_tensor(op: str, name: str, value) -> None:
+    """:func:`tensor` and :func:`floating` in one call."""
+    if not isinstance(value, torch.Tensor):
+        tensor(op, name, value)
+    if not value.is_floating_point():
+        floating(op, name, value)
+
+
+def norm_params(op: str, x, weight, bias=None, residual=None) -> None:
+    """The arguments of a norm over the last dim: ``x`` a floating tensor with a last dim, ``weight``
+    (and ``bias`` unless None) tensors of shape (hidden,), all on ``x``'s device.  One call on the
+    path of every norm (a decode-sized norm costs a few microseconds in all)."""
+    floating_tensor(op, "x", x)
+    shape = x.shape
+    if not shape:
+        raise ValueError(f"hal.ops.{op}: x is a 0-d tensor; it needs a last dimension to normalise")
+    n = shape[-1]
+    tensor(op, "weight", weight)
+    if weight.shape != (n,):
+        vector(op, "weight", weight, n)
+    if bias is not None:
+        tensor(op, "bias", bias)
+        if bias.shape != (n,):
+            vector(op, "bias", bias, n)
+    if residual is not None:
+        tensor(op, "residual", residual)
+    if not (x.is_cpu and weight.is_cpu and (bias is None or bias.is_cpu)
+            and (residual is None or residual.is_cpu)):
+        same_device(op, x, weight=weight, bias=bias, residual=residual)

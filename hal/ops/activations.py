@@ -44,8 +44,7 @@ def swiglu(x: Tensor) -> Tensor:
 
         h = hal.ops.swiglu(self.gate_up_proj(x))    # (..., 2 * inter) -> (..., inter)
     """
-    _checks.tensor("swiglu", "x", x)
-    _checks.floating("swiglu", "x", x)
+    _checks.floating_tensor("swiglu", "x", x)
     if x.dim() < 1 or x.shape[-1] % 2:
         raise ValueError(f"hal.ops.swiglu: x has shape {tuple(x.shape)}; its last dim must be even "
                          "([gate | up] halves)")
@@ -86,8 +85,7 @@ def gelu(x: Tensor, approximate: str = "none") -> Tensor:
 
         y = hal.ops.gelu(x, approximate="tanh")    # GPT-2 style
     """
-    _checks.tensor("gelu", "x", x)
-    _checks.floating("gelu", "x", x)
+    _checks.floating_tensor("gelu", "x", x)
     if approximate not in APPROXIMATIONS:
         raise ValueError(f"hal.ops.gelu: approximate={approximate!r} is not known; use 'none' (exact) or 'tanh'")
     return GELU(x, approximate)

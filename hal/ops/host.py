@@ -65,6 +65,14 @@ def _check(op: str, *tensors: torch.Tensor) -> None:
                                     per_dtype=True)
 
 
+def _code(op: str, t: torch.Tensor) -> int:
+    """The raw entries' dtype code for ``t`` (:func:`_check` for one tensor, and its code)."""
+    code = _CODE.get(t.dtype)
+    if code is None:
+        _check(op, t)
+    return code
+
+
 
 def _half_in_float(fn):
     """float16 calls whose floating tensors are all float16 run the float32 kernel on upcast
@@ -91,6 +99,9 @@ def _half_in_float(fn):
         if isinstance(out, tuple):
             return tuple(o.half() if isinstance(o, torch.Tensor) and o.dtype is torch.float32 else o for o in out)
         return out.half()
+
+    # hal.ops' dispatch asks once per dtype: other dtypes skip this wrapper's frame (~0.3 us a call)
+    call.for_dtype = lambda dtype: call if dtype is torch.float16 else fn
     return call
 
 
@@ -125,15 +136,15 @@ def _same_size(op: str, name: str, t: torch.Tensor, x: torch.Tensor) -> None:
 @_half_in_float
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """RMSNorm over the last dim: ``x / sqrt(mean(x**2) + eps) * weight``."""
-    _check("rms_norm", x)
-    C = native()
+    code = _code("rms_norm", x)
+    C = _C or native()
     n = x.shape[-1]
     xh, wh = _host(x), _host(weight, x.dtype)
     _vector("rms_norm", "weight", wh, n)
     y = torch.empty_like(xh)
-    if x.numel():
-        C.rms_norm_fwd_raw(xh.data_ptr(), wh.data_ptr(), y.data_ptr(), x.numel() // n, n, _CODE[x.dtype],
-                           float(eps))
+    numel = x.numel()
+    if numel:
+        C.rms_norm_fwd_raw(xh.data_ptr(), wh.data_ptr(), y.data_ptr(), numel // n, n, code, float(eps))
     return _back(y, x)
 
 
@@ -142,7 +153,7 @@ def add_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float,
                  residual: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
     """``(rms_norm(x + residual), x + residual)``."""
     _check("add_rms_norm", x)
-    C = native()
+    C = _C or native()
     n = x.shape[-1]
     xh, wh, rh = _host(x), _host(weight, x.dtype), _host(residual, x.dtype)
     _vector("add_rms_norm", "weight", wh, n)
@@ -159,7 +170,7 @@ def rms_norm_backward(grad: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
                       eps: float) -> Tuple[torch.Tensor, torch.Tensor]:
     """(grad_x, grad_weight) of :func:`rms_norm`."""
     _check("rms_norm_backward", x)
-    C = native()
+    C = _C or native()
     n = x.shape[-1]
     xh, gh, wh = _host(x), _host(grad, x.dtype), _host(weight, x.dtype)
     _vector("rms_norm_backward", "weight", wh, n)
@@ -180,7 +191,7 @@ def layer_norm(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tenso
     :return: ``out``, or ``(out, x + residual)`` when ``residual`` is given.
     """
     _check("layer_norm", x)
-    C = native()
+    C = _C or native()
     n = x.shape[-1]
     xh, wh = _host(x), _host(weight, x.dtype)
     _vector("layer_norm", "weight", wh, n)
@@ -209,7 +220,7 @@ def layer_norm_backward(grad: torch.Tensor, grad_residual_out: Optional[torch.Te
     ``grad_residual_out`` (the gradient reaching ``x + residual`` directly) is added to grad_x.
     """
     _check("layer_norm_backward", x)
-    C = native()
+    C = _C or native()
     n = x.shape[-1]
     xh, gh, wh = _host(x), _host(grad, x.dtype), _host(weight, x.dtype)
     _vector("layer_norm_backward", "weight", wh, n)
@@ -241,7 +252,7 @@ def rotary_embedding(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, inte
                      seq_dim: int = 1) -> torch.Tensor:
     """Rotary embedding; see :func:`hal.ops.rotary_embedding` for the layout."""
     _check("rotary_embedding", x)
-    C = native()
+    C = _C or native()
     seq_dim = seq_dim % x.dim()
     seq = x.shape[seq_dim]
     pos_div = math.prod(x.shape[seq_dim + 1:-1])
@@ -268,14 +279,16 @@ def _even(op: str, n: int) -> None:
 @_half_in_float
 def swiglu(x: torch.Tensor) -> torch.Tensor:
     """``silu(a) * b`` where ``a, b`` are the two halves of the last dim of ``x``."""
-    _check("swiglu", x)
-    C = native()
+    code = _code("swiglu", x)
+    C = _C or native()
     xh = _host(x)
-    n = x.shape[-1]
+    shape = x.shape
+    n = shape[-1]
     _even("swiglu", n)
-    y = torch.empty(*x.shape[:-1], n // 2, dtype=x.dtype)
-    if x.numel():
-        C.swiglu_fwd_raw(xh.data_ptr(), y.data_ptr(), x.numel() // n, n // 2, _CODE[x.dtype])
+    y = torch.empty(*shape[:-1], n // 2, dtype=x.dtype)
+    numel = x.numel()
+    if numel:
+        C.swiglu_fwd_raw(xh.data_ptr(), y.data_ptr(), numel // n, n // 2, code)
     return _back(y, x)
 
 
@@ -283,7 +296,7 @@ def swiglu(x: torch.Tensor) -> torch.Tensor:
 def swiglu_backward(grad: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     """grad_x of :func:`swiglu`."""
     _check("swiglu_backward", x)
-    C = native()
+    C = _C or native()
     n = x.shape[-1]
     _even("swiglu_backward", n)
     xh, gh = _host(x), _host(grad, x.dtype)
@@ -297,12 +310,13 @@ def swiglu_backward(grad: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
 @_half_in_float
 def gelu(x: torch.Tensor, approximate: str = "none") -> torch.Tensor:
     """GELU, exact (``approximate="none"``) or with the tanh approximation."""
-    _check("gelu", x)
-    C = native()
+    code = _code("gelu", x)
+    C = _C or native()
     xh = _host(x)
     y = torch.empty_like(xh)
-    if x.numel():
-        C.gelu_fwd_raw(xh.data_ptr(), y.data_ptr(), x.numel(), _CODE[x.dtype], approximate == "tanh")
+    numel = x.numel()
+    if numel:
+        C.gelu_fwd_raw(xh.data_ptr(), y.data_ptr(), numel, code, approximate == "tanh")
     return _back(y, x)
 
 
@@ -310,7 +324,7 @@ def gelu(x: torch.Tensor, approximate: str = "none") -> torch.Tensor:
 def gelu_backward(grad: torch.Tensor, x: torch.Tensor, approximate: str = "none") -> torch.Tensor:
     """grad_x of :func:`gelu`."""
     _check("gelu_backward", x)
-    C = native()
+    C = _C or native()
     xh, gh = _host(x), _host(grad, x.dtype)
     _same_size("gelu_backward", "grad", gh, x)
     dx = torch.empty_like(xh)
@@ -336,22 +350,24 @@ def _tiled_mask(mask: torch.Tensor, shape: Sequence[int]) -> torch.Tensor:
 def softmax(x: torch.Tensor, mask: Optional[torch.Tensor] = None, causal: bool = False,
             scale: float = 1.0) -> torch.Tensor:
     """``softmax(scale * x + mask)`` over the last dim; see :func:`hal.ops.softmax`."""
-    _check("softmax", x)
-    C = native()
+    code = _code("softmax", x)
+    C = _C or native()
     xh = _host(x)
     y = torch.empty_like(xh)
-    if not x.numel():
+    numel = x.numel()
+    if not numel:
         return _back(y, x)
-    cols = x.shape[-1]
+    shape = x.shape
+    cols = shape[-1]
     m, kind, mrows = None, 0, 1
     if mask is not None:
         mh = _host(mask)
         mh = mh if mh.dtype == torch.bool else mh.float()
         m = _tiled_mask(mh, x.shape)
         kind, mrows = (1 if m.dtype == torch.bool else 2), m.shape[0]
-    q_len = x.shape[-2] if x.dim() >= 2 else 1
+    q_len = shape[-2] if causal and len(shape) >= 2 else 1  # read by causal calls only
     C.softmax_fwd_raw(xh.data_ptr(), 0 if m is None else m.data_ptr(), kind, mrows, y.data_ptr(),
-                      x.numel() // cols, cols, _CODE[x.dtype], float(scale), bool(causal), q_len)
+                      numel // cols, cols, code, float(scale), bool(causal), q_len)
     return _back(y, x)
 
 
@@ -359,7 +375,7 @@ def softmax(x: torch.Tensor, mask: Optional[torch.Tensor] = None, causal: bool =
 def softmax_backward(grad: torch.Tensor, out: torch.Tensor, scale: float = 1.0) -> torch.Tensor:
     """grad_x of :func:`softmax` from its output."""
     _check("softmax_backward", out)
-    C = native()
+    C = _C or native()
     yh, gh = _host(out), _host(grad, out.dtype)
     _same_size("softmax_backward", "grad", gh, out)
     dx = torch.empty_like(yh)
@@ -394,7 +410,7 @@ def fused_adamw_(params: List[torch.Tensor], grads: List[torch.Tensor], exp_avgs
             if ts[i].numel() != p.numel():
                 raise ValueError(f"fused_adamw: tensors [{i}] differ in size")
     staged = [[_host(t) for t in ts] for ts in groups]
-    C = native()
+    C = _C or native()
     C.adamw_step_raw([p.data_ptr() for p in staged[0]], [g.data_ptr() for g in staged[1]],
                      [m.data_ptr() for m in staged[2]], [v.data_ptr() for v in staged[3]],
                      [p.numel() for p in staged[0]], [_CODE[p.dtype] for p in staged[0]], float(lr), float(beta1),
@@ -409,7 +425,7 @@ def fused_adamw_(params: List[torch.Tensor], grads: List[torch.Tensor], exp_avgs
 # -- vision ----------------------------------------------------------------------------
 def nms(boxes: torch.Tensor, scores: torch.Tensor, iou_threshold: float) -> torch.Tensor:
     """Kept box indices (int64) by decreasing score, greedy, IoU > threshold suppressed."""
-    C = native()
+    C = _C or native()
     keep = C.nms(boxes.detach().to("cpu", torch.float64).numpy(), scores.detach().to("cpu", torch.float64).numpy(),
                  float(iou_threshold))
     return _back(torch.from_numpy(keep), boxes)
@@ -419,7 +435,7 @@ def roi_align(input: torch.Tensor, boxes: torch.Tensor, spatial_scale: float, po
               pooled_width: int, sampling_ratio: int, aligned: bool) -> torch.Tensor:
     """RoIAlign of ``input`` (N, C, H, W) over ``boxes`` (K, 5)."""
     _check("roi_align", input)
-    C = native()
+    C = _C or native()
     xh = _host(input)
     bh = _host(boxes, torch.float32)
     _want(xh.dim() == 4, "roi_align", "input", xh, "(N, C, H, W)")
@@ -438,7 +454,7 @@ def roi_align_backward(grad: torch.Tensor, boxes: torch.Tensor, spatial_scale: f
                        input_shape: Sequence[int]) -> torch.Tensor:
     """grad_input of :func:`roi_align` (in ``grad``'s dtype)."""
     _check("roi_align_backward", grad)
-    C = native()
+    C = _C or native()
     gh = _host(grad)
     bh = _host(boxes, torch.float32)
     gi = torch.zeros(*input_shape, dtype=torch.float32)

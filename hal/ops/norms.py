@@ -83,15 +83,12 @@ def rms_norm(x: Tensor, weight: Optional[Tensor] = None, eps: float = 1e-6, resi
         y = hal.ops.rms_norm(h, model.norm.weight, eps=1e-5)
         y, resid = hal.ops.rms_norm(attn_out, ln.weight, 1e-5, residual=resid)
     """
-    _checks.tensor("rms_norm", "x", x)
-    _checks.floating("rms_norm", "x", x)
-    if x.dim() < 1:
-        raise ValueError("hal.ops.rms_norm: x is a 0-d tensor; it needs a last dimension to normalise")
     if weight is None:
+        _checks.floating_tensor("rms_norm", "x", x)
+        if x.dim() < 1:
+            raise ValueError("hal.ops.rms_norm: x is a 0-d tensor; it needs a last dimension to normalise")
         weight = torch.ones(x.shape[-1], dtype=x.dtype, device=x.device)
-    _checks.tensor("rms_norm", "weight", weight)
-    _checks.vector("rms_norm", "weight", weight, x.shape[-1])
-    _checks.same_device("rms_norm", x, weight=weight, residual=residual)
+    _checks.norm_params("rms_norm", x, weight, None, residual)
     if residual is None:
         return RMS_NORM(x, weight, float(eps))
     _checks.tensor("rms_norm", "residual", residual)
@@ -179,17 +176,7 @@ def layer_norm(x: Tensor, weight: Tensor, bias: Optional[Tensor] = None, eps: fl
 
         h, resid = hal.ops.layer_norm(attn_out, ln.weight, ln.bias, 1e-5, residual=resid)
     """
-    _checks.tensor("layer_norm", "x", x)
-    _checks.floating("layer_norm", "x", x)
-    if x.dim() < 1:
-        raise ValueError("hal.ops.layer_norm: x is a 0-d tensor; it needs a last dimension to normalise")
-    n = x.shape[-1]
-    _checks.tensor("layer_norm", "weight", weight)
-    _checks.vector("layer_norm", "weight", weight, n)
-    if bias is not None:
-        _checks.tensor("layer_norm", "bias", bias)
-        _checks.vector("layer_norm", "bias", bias, n)
-    _checks.same_device("layer_norm", x, weight=weight, bias=bias, residual=residual)
+    _checks.norm_params("layer_norm", x, weight, bias, residual)
     if residual is None:
         return LAYER_NORM(x, weight, bias, float(eps))
     _checks.tensor("layer_norm", "residual", residual)

@@ -52,8 +52,7 @@ def softmax(x: Tensor, mask: Optional[Tensor] = None, causal: bool = False, scal
 
         p = hal.ops.softmax(q @ k.transpose(-1, -2), causal=True, scale=d ** -0.5)
     """
-    _checks.tensor("softmax", "x", x)
-    _checks.floating("softmax", "x", x)
+    _checks.floating_tensor("softmax", "x", x)
     if x.dim() < 1:
         raise ValueError("hal.ops.softmax: x is a 0-d tensor; it needs a last dimension")
     if causal and x.dim() < 2:

@@ -115,7 +115,9 @@ def hal_fused_kernels(spec):
     ``docs/ops.md``), and returns what that op returns; an adapter bridges a vendor
     function whose layout or argument order differs.  A kernel that cannot take a call's
     inputs raises :class:`hal.ops.KernelUnsupported`, and hal falls back to a torch
-    composition (then to the C++ host kernel).
+    composition (then to the C++ host kernel).  A kernel with a ``for_dtype(dtype)``
+    attribute is asked once per dtype which callable to run for it (a variant per dtype,
+    chosen once instead of tested on every call).
 
     :param spec: a :class:`hal.plugin.spec.BackendSpec` this plugin declared.
     :return: a dict mapping hal op names (``"rms_norm"``, ``"rms_norm_backward"``,

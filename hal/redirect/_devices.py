@@ -21,14 +21,13 @@ import functools
 import os
 import sys
 import threading
-import weakref
 from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
 import torch
 
 from hal._errors import NotSupported
 from hal.util.frames import INTERNAL_NAMES, INTERNAL_PREFIXES
-from hal.util.import_hooks import after_import
+from hal.util.in_graph import compiled_in_graph
 from hal.redirect._core import Redirection, is_cuda_like
 from hal.redirect._log import REDIRECTED
 
@@ -179,33 +178,6 @@ def counted(t: Redirection, key: tuple, describe: Callable, fn: Callable) -> Tup
         at(caller, key, REDIRECTED, describe)
         return fn(*args, **kwargs)
     return call, True
-
-
-#: C wrappers not yet declared to torch.compile (torch._dynamo not imported yet)
-_undeclared: "weakref.WeakSet" = weakref.WeakSet()
-
-
-def _declare_undeclared(_dynamo) -> None:
-    pending = list(_undeclared)
-    _undeclared.clear()
-    if pending:
-        torch.compiler.allow_in_graph(pending)
-
-
-def compiled_in_graph(wrapper: Callable) -> Callable:
-    """Declare a C wrapper to ``torch.compile`` as a call its graph holds (``torch.compiler.allow_in_graph``,
-    public since torch 2.1) and return it.  Dynamo finds the Python wrappers under torch's own names and
-    records them in its graph; a C callable it does not know would break the graph (``Unsupported method
-    call``).  The declaration waits for the module ``torch._dynamo`` (the only private torch name here, as
-    an import to wait for: no public API says whether dynamo is loaded, and importing it costs about a
-    second), so a script that never compiles never pays for it."""
-    if "torch._dynamo" in sys.modules:
-        torch.compiler.allow_in_graph(wrapper)
-        return wrapper
-    if not _undeclared:  # the first one waiting: one hook for all of them
-        after_import("torch._dynamo", _declare_undeclared)
-    _undeclared.add(wrapper)
-    return wrapper
 
 
 def _wrap_device_arg(t: Redirection, fn: Callable, label: str, pos: Optional[int],

@@ -12,7 +12,8 @@ import sys
 from typing import Callable
 
 from hal.redirect._core import _INTERNAL, Redirection
-from hal.redirect._devices import MARK, compiled_in_graph, marked, native_call
+from hal.redirect._devices import MARK, marked, native_call
+from hal.util.in_graph import compiled_in_graph
 
 _getframe = sys._getframe
 
