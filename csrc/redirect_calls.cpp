@@ -20,12 +20,18 @@
 // SiteCall(fn, on_miss)
 //     Calls fn, counting the call at its call site as DeviceCall does (on_miss(frame, None, None) on
 //     a site's first sight): a torch.cuda answer the log records (torch.cuda.is_available, ...).
+// StandInCall(stand_in, base_call, torch_call, user_new, on_miss, internal)
+//     The metaclass __call__ of one torch.cuda class stand-in (hal/redirect/_cuda_classes.py):
+//     called as stand_in(...) from the user's code it counts the call at its call site as SiteCall
+//     does and returns user_new(...) (the backend's object); from torch's or hal's own code (as
+//     SplitCall decides) torch_call(...); a class deriving from the stand-in is built by
+//     base_call(cls, ...), the base metaclass's __call__.
 // SplitCall(orig, for_user, internal, takes_caller)
 //     Calls orig when the calling frame's module is torch's or hal's own (internal[__name__]
 //     true; a dict whose __missing__ decides), else for_user (with the frame first when
 //     takes_caller).
 //
-// Both bind as methods (descriptor + Py_TPFLAGS_METHOD_DESCRIPTOR) like Python functions, carry a
+// All bind as methods (descriptor + Py_TPFLAGS_METHOD_DESCRIPTOR) like Python functions, carry a
 // __dict__ (functools.update_wrapper) and take part in garbage collection.
 #include "common.h"
 
@@ -105,6 +111,15 @@ struct CudaCall {
     PyObject* targets;
     PyObject* deflt;
     PyObject* slow;
+};
+
+struct StandInCall {
+    Counter counter;
+    PyObject* stand_in;
+    PyObject* base_call;
+    PyObject* torch_call;
+    PyObject* user_new;
+    PyObject* internal;
 };
 
 struct SplitCall {
@@ -501,22 +516,83 @@ PyObject* site_call_new(PyTypeObject* type, PyObject* args, PyObject* kwds) {
     return reinterpret_cast<PyObject*>(self);
 }
 
+// -- which code calls ----------------------------------------------------------------------
+// 1 when `frame`'s module is torch's or hal's own (internal[__name__] true), 0 if not (or no frame),
+// -1 with an error
+int called_from_inside(PyFrameObject* frame, PyObject* internal) {
+    if (frame == nullptr) return 0;
+    PyObject* globals = PyFrame_GetGlobals(frame);
+    PyObject* name = PyDict_GetItemWithError(globals, s_name);
+    Py_DECREF(globals);
+    if (name == nullptr && PyErr_Occurred()) return -1;
+    PyObject* flag = lookup(internal, name != nullptr ? name : Py_None);
+    if (flag == nullptr) return -1;
+    const int inside = PyObject_IsTrue(flag);
+    Py_DECREF(flag);
+    return inside;
+}
+
+// -- StandInCall -------------------------------------------------------------------------
+PyObject* stand_in_call(PyObject* op, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
+    auto* self = reinterpret_cast<StandInCall*>(op);
+    const Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (nargs < 1 || args[0] != self->stand_in)  // a class deriving from the stand-in: as any class
+        return PyObject_Vectorcall(self->base_call, args, nargsf, kwnames);
+    const int inside = called_from_inside(PyEval_GetFrame(), self->internal);
+    if (inside < 0) return nullptr;
+    if (inside) return PyObject_Vectorcall(self->torch_call, args + 1, nargs - 1, kwnames);
+    if (count_site(&self->counter, Py_None, Py_None) < 0) return nullptr;
+    return PyObject_Vectorcall(self->user_new, args + 1, nargs - 1, kwnames);
+}
+
+int stand_in_call_traverse(PyObject* op, visitproc visit, void* arg) {
+    auto* self = reinterpret_cast<StandInCall*>(op);
+    Py_VISIT(self->stand_in);
+    Py_VISIT(self->base_call);
+    Py_VISIT(self->torch_call);
+    Py_VISIT(self->user_new);
+    Py_VISIT(self->internal);
+    return counter_traverse(&self->counter, visit, arg);
+}
+
+int stand_in_call_clear(PyObject* op) {
+    auto* self = reinterpret_cast<StandInCall*>(op);
+    Py_CLEAR(self->stand_in);
+    Py_CLEAR(self->base_call);
+    Py_CLEAR(self->torch_call);
+    Py_CLEAR(self->user_new);
+    Py_CLEAR(self->internal);
+    counter_clear(&self->counter);
+    return 0;
+}
+
+void stand_in_call_dealloc(PyObject* op) { counter_dealloc(op, stand_in_call_clear); }
+
+PyObject* stand_in_call_new(PyTypeObject* type, PyObject* args, PyObject* kwds) {
+    static const char* kw[] = {"stand_in", "base_call", "torch_call", "user_new", "on_miss", "internal", nullptr};
+    PyObject *stand_in, *base_call, *torch_call, *user_new, *on_miss, *internal;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!OOOOO!:StandInCall", const_cast<char**>(kw), &PyType_Type,
+                                     &stand_in, &base_call, &torch_call, &user_new, &on_miss, &PyDict_Type,
+                                     &internal))
+        return nullptr;
+    auto* self = reinterpret_cast<StandInCall*>(type->tp_alloc(type, 0));
+    if (self == nullptr) return nullptr;
+    self->counter.base.vectorcall = stand_in_call;
+    counter_init(&self->counter, on_miss);
+    Py_INCREF(stand_in), self->stand_in = stand_in;
+    Py_INCREF(base_call), self->base_call = base_call;
+    Py_INCREF(torch_call), self->torch_call = torch_call;
+    Py_INCREF(user_new), self->user_new = user_new;
+    Py_INCREF(internal), self->internal = internal;
+    return reinterpret_cast<PyObject*>(self);
+}
+
 // -- SplitCall ---------------------------------------------------------------------------
 PyObject* split_call(PyObject* op, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
     auto* self = reinterpret_cast<SplitCall*>(op);
     PyFrameObject* frame = PyEval_GetFrame();
-    int inside = 0;
-    if (frame != nullptr) {
-        PyObject* globals = PyFrame_GetGlobals(frame);
-        PyObject* name = PyDict_GetItemWithError(globals, s_name);
-        Py_DECREF(globals);
-        if (name == nullptr && PyErr_Occurred()) return nullptr;
-        PyObject* flag = lookup(self->internal, name != nullptr ? name : Py_None);
-        if (flag == nullptr) return nullptr;
-        inside = PyObject_IsTrue(flag);
-        Py_DECREF(flag);
-        if (inside < 0) return nullptr;
-    }
+    const int inside = called_from_inside(frame, self->internal);
+    if (inside < 0) return nullptr;
     if (inside) return PyObject_Vectorcall(self->orig, args, nargsf, kwnames);
     if (!self->takes_caller) return PyObject_Vectorcall(self->for_user, args, nargsf, kwnames);
     const Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
@@ -614,6 +690,12 @@ PyTypeObject site_call_type = make_type(
     "records, in C).",
     sizeof(SiteCall), site_call_new, site_call_dealloc, site_call_traverse, site_call_clear);
 
+PyTypeObject stand_in_call_type = make_type(
+    "hal._C.StandInCall",
+    "StandInCall(stand_in, base_call, torch_call, user_new, on_miss, internal): the metaclass __call__ of a "
+    "torch.cuda class stand-in (hal.redirect), in C.",
+    sizeof(StandInCall), stand_in_call_new, stand_in_call_dealloc, stand_in_call_traverse, stand_in_call_clear);
+
 PyTypeObject split_call_type = make_type(
     "hal._C.SplitCall",
     "SplitCall(orig, for_user, internal, takes_caller=False): orig for torch's and hal's own code, "
@@ -638,7 +720,7 @@ void register_redirect_calls(py::module_& m) {
     kw_sets[1] = PyTuple_Pack(1, s_non_blocking);
     kw_sets[2] = PyTuple_Pack(1, s_memory_format);
     kw_sets[3] = PyTuple_Pack(2, s_non_blocking, s_memory_format);
-    for (auto* t : {&device_call_type, &cuda_call_type, &site_call_type, &split_call_type}) {
+    for (auto* t : {&device_call_type, &cuda_call_type, &site_call_type, &stand_in_call_type, &split_call_type}) {
         if (PyType_Ready(t) < 0) throw py::error_already_set();
         Py_INCREF(t);
     }
@@ -646,6 +728,7 @@ void register_redirect_calls(py::module_& m) {
     m.attr("CudaCall") = py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(&cuda_call_type));
     m.attr("SiteCall") = py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(&site_call_type));
     m.attr("SplitCall") = py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(&split_call_type));
+    m.attr("StandInCall") = py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(&stand_in_call_type));
 #else
     (void)m;
 #endif

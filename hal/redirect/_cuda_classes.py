@@ -23,7 +23,7 @@ from typing import Callable, Dict, Iterable, Iterator, Optional, Tuple
 
 from hal.util.frames import from_inside
 from hal.redirect._core import _INTERNAL
-from hal.redirect._devices import MARK
+from hal.redirect._devices import MARK, native_call
 
 _getframe = sys._getframe
 
@@ -46,14 +46,19 @@ class Spec:
         that are plain ``torch.Stream`` objects, say).
     :param takes_caller: ``new`` takes the calling frame as its first argument (to record the call
         there: :meth:`hal.redirect.RedirectLog.at`).
+    :param fast: optional: ``new`` without the calling frame and without recording the call, for
+        hal._C's ``StandInCall`` (which counts the call at its site itself, ``on_miss`` recording a
+        site's first call as the shim's other C wrappers do).
+    :param on_miss: with ``fast``: what ``StandInCall`` calls on a call site's first sight.
     """
 
-    __slots__ = ("call", "cuda", "new", "base", "accepts", "takes_caller")
+    __slots__ = ("call", "cuda", "new", "base", "accepts", "takes_caller", "fast", "on_miss")
 
     def __init__(self, call: Callable, cuda: Optional[type], new: Callable, base: type,
-                 accepts: Optional[Callable[[object], bool]] = None, takes_caller: bool = False):
+                 accepts: Optional[Callable[[object], bool]] = None, takes_caller: bool = False,
+                 fast: Optional[Callable] = None, on_miss: Optional[Callable] = None):
         self.call, self.cuda, self.new, self.base, self.accepts = call, cuda, new, base, accepts
-        self.takes_caller = takes_caller
+        self.takes_caller, self.fast, self.on_miss = takes_caller, fast, on_miss
 
 
 _metas: Dict[type, type] = {}
@@ -113,7 +118,16 @@ def stand_in(name: str, spec: Spec, namespace: Optional[dict] = None) -> type:
           "__module__": getattr(home, "__module__", "torch.cuda"),
           "__qualname__": getattr(home, "__qualname__", name), "__doc__": getattr(home, "__doc__", None)}
     ns.update(namespace or {})
-    return _meta(type(spec.base))(name, (spec.base,), ns)
+    meta = _meta(type(spec.base))
+    stand_in_call = native_call("StandInCall") if spec.fast is not None else None
+    if stand_in_call is None:
+        return meta(name, (spec.base,), ns)
+    # its own metaclass, whose __call__ is C: constructing the stand-in costs a C call and a count
+    # at the call site above the backend's constructor, not a Python frame with a log lookup
+    own = type(meta.__name__, (meta,), {"__module__": meta.__module__})
+    cls = own(name, (spec.base,), ns)
+    own.__call__ = stand_in_call(cls, type(spec.base).__call__, spec.call, spec.fast, spec.on_miss, _INTERNAL)
+    return cls
 
 
 def is_stand_in(obj) -> bool:

@@ -20,7 +20,7 @@ from hal._errors import NotSupported
 from hal.plugin.backend import host_memory_bytes
 from hal.redirect import _cuda_submodules
 from hal.redirect._cuda_classes import Spec, cuda_class, is_stand_in, spec_of, stand_in
-from hal.redirect._devices import MARK, LEGACY_TYPES, counted as _counted
+from hal.redirect._devices import MARK, LEGACY_TYPES, _on_miss, counted as _counted
 from hal.redirect._core import Redirection
 from hal.redirect._log import NOT_REDIRECTED, REDIRECTED
 from hal.redirect._split import answer_for_user, patch_split as _patch, report_the_rest
@@ -59,14 +59,19 @@ def _as_is(key):
 
 def _stand_in(t: Redirection, name: str, new: Callable, base: type,
               accepts: Optional[Callable[[object], bool]] = None, namespace: Optional[dict] = None,
-              takes_caller: bool = False) -> None:
+              takes_caller: bool = False, fast: Optional[Callable] = None,
+              describe: Optional[Callable] = None) -> None:
     """Replace the class ``torch.cuda.<name>`` by a stand-in (:mod:`hal.redirect._cuda_classes`)
     whose instances, for the user's code, are ``new(...)``'s: the backend's own objects
-    (``takes_caller``: ``new`` takes the calling frame first)."""
+    (``takes_caller``: ``new`` takes the calling frame first).  ``fast``: ``new`` without the frame
+    and without recording the call, for the C constructor (hal._C ``StandInCall``), which records a
+    call site's first call as ``torch.cuda.<name>`` with ``describe(key)``'s text."""
     orig = getattr(torch.cuda, name)
     real = orig if isinstance(orig, type) and not is_stand_in(orig) else cuda_class(
         name, _cuda_submodules.submodules())
-    t.patch(torch.cuda, name, stand_in(name, Spec(orig, real, new, base, accepts, takes_caller), namespace))
+    on_miss = _on_miss(t, (f"torch.cuda.{name}",), describe) if fast is not None else None
+    t.patch(torch.cuda, name, stand_in(name, Spec(orig, real, new, base, accepts, takes_caller, fast, on_miss),
+                                       namespace))
 
 
 # -- devices -----------------------------------------------------------------------------
@@ -312,11 +317,14 @@ def _install_streams(t: Redirection) -> None:
     stream_text = lambda key: (key[0], f"{b.name} Stream")  # noqa: E731
     event_text = lambda key: (key[0], f"{b.name} Event")  # noqa: E731
 
-    def new_stream(caller, device=None, priority=0, **kwargs):
-        at(caller, ("torch.cuda.Stream",), REDIRECTED, stream_text)
+    def build_stream(device=None, priority=0, **kwargs):
         if device is not None:
             kwargs["device"] = device_arg(device)
         return make_stream(priority=priority, **kwargs)
+
+    def new_stream(caller, *args, **kwargs):
+        at(caller, ("torch.cuda.Stream",), REDIRECTED, stream_text)
+        return build_stream(*args, **kwargs)
 
     def new_event(caller, *args, **kwargs):
         at(caller, ("torch.cuda.Event",), REDIRECTED, event_text)
@@ -355,16 +363,19 @@ def _install_streams(t: Redirection) -> None:
         t.log.redirected("torch.cuda.stream", f"{b.name} stream")
         return StreamContext(s)
 
+    # on cpu the host stream takes torch.cuda.Stream's arguments itself (it has no device to map)
     _stand_in(t, "Stream", new_stream, stream_base, lambda obj: on_backend(obj, torch_stream),
-              {"__new__": stream_new, "__init__": no_init}, takes_caller=True)
+              {"__new__": stream_new, "__init__": no_init}, takes_caller=True,
+              fast=make_stream if cpu else build_stream, describe=stream_text)
     _stand_in(t, "Event", new_event, event_base, lambda obj: on_backend(obj, torch_event),
-              {"__new__": event_new, "__init__": no_init}, takes_caller=True)
+              {"__new__": event_new, "__init__": no_init}, takes_caller=True, fast=make_event,
+              describe=event_text)
     _stand_in(t, "StreamContext", new_context, StreamContext)
     _patch(t, cuda, "stream", stream)
 
     def stream_call(name, fn):
         text = lambda key: (key[0], f"{b.name} {name}")  # noqa: E731
-        if name not in ("current_stream", "default_stream"):
+        if cpu or name not in ("current_stream", "default_stream"):  # the host's ignore their device argument
             return _counted(t, (f"torch.cuda.{name}",), text, fn)
 
         def answer(*args, **kwargs):  # the device argument, mapped

@@ -127,7 +127,7 @@ def marked(fn: Callable, orig: Callable) -> Callable:
 
 
 #: hal._C's C wrappers of the shim (csrc/redirect_calls.cpp)
-NATIVE_CALLS = ("DeviceCall", "SplitCall", "SiteCall", "CudaCall")
+NATIVE_CALLS = ("DeviceCall", "SplitCall", "SiteCall", "CudaCall", "StandInCall")
 
 
 def native_call(name: str) -> Optional[type]:

@@ -107,3 +107,38 @@ def test_c_wrappers_compile_and_pickle(cpu_backend):
         assert y.device.type == "cpu"
         assert any(r["call"] == "torch.zeros(device=cuda)" for r in t.log.rows("redirected"))
     assert type(torch.zeros).__name__ == "builtin_function_or_method"
+
+
+@pytest.mark.parametrize("native", ["1", "0"])
+def test_stream_and_event_stand_ins_build_and_log_alike(cpu_backend, monkeypatch, native):
+    if native == "1" and not NATIVE:
+        pytest.skip(WHY_NOT)
+    monkeypatch.setenv("HAL_REDIRECT_NATIVE", native)
+    with hal.redirect.enable(cpu_backend) as t:
+        construct = type(torch.cuda.Stream).__dict__.get("__call__")
+        assert (type(construct).__name__ == "StandInCall") == (native == "1")
+        made = []
+        first = sys._getframe().f_lineno + 2
+        for _ in range(5):
+            made.append(torch.cuda.Stream())
+            made.append(torch.cuda.Event(enable_timing=True))
+            made.append(torch.cuda.Stream(device="cuda:0", priority=-1))
+            made.append(torch.cuda.current_stream())
+
+        class MyStream(torch.cuda.Stream):  # a subclass is built as any class is
+            pass
+
+        mine = MyStream()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        end.record()
+        end.synchronize()
+        assert start.elapsed_time(end) >= 0
+        assert all(isinstance(s, torch.cuda.Stream) for s in made[0::4] + made[2::4] + [mine])
+        assert isinstance(made[1], torch.cuda.Event)
+    assert all(isinstance(s, torch.Stream) and s.device.type == "cpu" for s in made[0::4] + made[3::4])
+    assert made[2].priority == -1 and isinstance(mine, MyStream) and isinstance(mine, torch.Stream)
+    rows = {(r["call"], r["where"]): r["count"] for r in t.log.rows("redirected")}
+    for call, offset in (("torch.cuda.Stream", 0), ("torch.cuda.Event", 1), ("torch.cuda.Stream", 2),
+                         ("torch.cuda.current_stream", 3)):
+        assert rows.get((call, f"{HERE}:{first + offset}")) == 5, (call, offset, rows)
