@@ -51,11 +51,16 @@ def _script(n):
     return out, first
 
 
-@pytest.mark.parametrize("native", ["1", "0"])
-def test_c_and_python_wrappers_map_and_log_alike(cpu_backend, monkeypatch, native):
-    if native == "1" and not NATIVE:
+@pytest.fixture(params=["1", "0"], ids=["c", "python"])
+def native(request, monkeypatch):
+    """``"1"``: the C wrappers (skipped where they are off); ``"0"``: the Python ones."""
+    if request.param == "1" and not NATIVE:
         pytest.skip(WHY_NOT)
-    monkeypatch.setenv("HAL_REDIRECT_NATIVE", native)
+    monkeypatch.setenv("HAL_REDIRECT_NATIVE", request.param)
+    return request.param
+
+
+def test_c_and_python_wrappers_map_and_log_alike(cpu_backend, native):
     with hal.redirect.enable(cpu_backend) as t:
         assert (type(torch.empty).__name__ == "DeviceCall") == (native == "1")
         assert (type(torch.cuda.is_available).__name__ == "SplitCall") == (native == "1")
@@ -109,11 +114,7 @@ def test_c_wrappers_compile_and_pickle(cpu_backend):
     assert type(torch.zeros).__name__ == "builtin_function_or_method"
 
 
-@pytest.mark.parametrize("native", ["1", "0"])
-def test_stream_and_event_stand_ins_build_and_log_alike(cpu_backend, monkeypatch, native):
-    if native == "1" and not NATIVE:
-        pytest.skip(WHY_NOT)
-    monkeypatch.setenv("HAL_REDIRECT_NATIVE", native)
+def test_stream_and_event_stand_ins_build_and_log_alike(cpu_backend, native):
     with hal.redirect.enable(cpu_backend) as t:
         construct = type(torch.cuda.Stream).__dict__.get("__call__")
         assert (type(construct).__name__ == "StandInCall") == (native == "1")
