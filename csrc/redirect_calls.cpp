@@ -52,6 +52,7 @@ PyObject* s_count = nullptr;       // "count"
 PyObject* s_name = nullptr;        // "__name__"
 PyObject* s_non_blocking = nullptr;
 PyObject* s_memory_format = nullptr;
+PyObject* s_call = nullptr;  // "__call__"
 PyObject* kw_sets[4] = {nullptr, nullptr, nullptr, nullptr};  // (), (nb,), (mf,), (nb, mf)
 
 // The parts both wrappers share: vectorcall slot, __dict__ and weak references.
@@ -121,6 +122,8 @@ struct StandInCall {
     PyObject* user_new;
     PyObject* internal;
 };
+
+extern PyTypeObject stand_in_call_type;
 
 struct SplitCall {
     Callable base;
@@ -545,6 +548,27 @@ PyObject* stand_in_call(PyObject* op, PyObject* const* args, size_t nargsf, PyOb
     return PyObject_Vectorcall(self->user_new, args + 1, nargs - 1, kwnames);
 }
 
+// The stand-in class's own vectorcall (its tp_vectorcall): cls(...) reaches the StandInCall kept as its
+// metaclass's __call__ without the slot's lookup and the argument tuple and dict it builds.
+PyObject* stand_in_vectorcall(PyObject* cls, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
+    PyObject* call = PyDict_GetItemWithError(Py_TYPE(cls)->tp_dict, s_call);
+    if (call == nullptr || Py_TYPE(call) != &stand_in_call_type) {
+        if (PyErr_Occurred()) return nullptr;
+        PyErr_SetString(PyExc_TypeError, "hal stand-in class without its StandInCall");
+        return nullptr;
+    }
+    const Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    const Py_ssize_t total = nargs + (kwnames ? PyTuple_GET_SIZE(kwnames) : 0);
+    PyObject* small[9];
+    PyObject** buf = total < 8 ? small : static_cast<PyObject**>(PyMem_Malloc(sizeof(PyObject*) * (total + 1)));
+    if (buf == nullptr) return PyErr_NoMemory();
+    buf[0] = cls;
+    for (Py_ssize_t i = 0; i < total; ++i) buf[i + 1] = args[i];
+    PyObject* out = stand_in_call(call, buf, nargs + 1, kwnames);
+    if (buf != small) PyMem_Free(buf);
+    return out;
+}
+
 int stand_in_call_traverse(PyObject* op, visitproc visit, void* arg) {
     auto* self = reinterpret_cast<StandInCall*>(op);
     Py_VISIT(self->stand_in);
@@ -704,6 +728,36 @@ PyTypeObject split_call_type = make_type(
 
 PyObject* intern(const char* s) { return PyUnicode_InternFromString(s); }
 
+// fast_stand_in(cls): calls of the stand-in class cls (whose metaclass, made for it alone, holds its
+// StandInCall as __call__) go through the type's vectorcall slot from now on
+PyObject* fast_stand_in(PyObject*, PyObject* cls) {
+    if (!PyType_Check(cls)) {
+        PyErr_SetString(PyExc_TypeError, "fast_stand_in: expected a class");
+        return nullptr;
+    }
+    PyTypeObject* meta = Py_TYPE(cls);
+    PyObject* call = PyDict_GetItemWithError(meta->tp_dict, s_call);
+    if (call == nullptr || Py_TYPE(call) != &stand_in_call_type) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_TypeError, "fast_stand_in: the class's metaclass has no StandInCall as __call__");
+        return nullptr;
+    }
+    if (!(meta->tp_flags & Py_TPFLAGS_HEAPTYPE) || meta->tp_vectorcall_offset != offsetof(PyTypeObject, tp_vectorcall)) {
+        PyErr_SetString(PyExc_TypeError, "fast_stand_in: the metaclass is not a heap type deriving from type");
+        return nullptr;
+    }
+    reinterpret_cast<PyTypeObject*>(cls)->tp_vectorcall = stand_in_vectorcall;
+    meta->tp_flags |= Py_TPFLAGS_HAVE_VECTORCALL;  // after __call__ is set: assigning it clears the flag
+    Py_RETURN_NONE;
+}
+
+PyMethodDef module_functions[] = {
+    {"fast_stand_in", fast_stand_in, METH_O,
+     "fast_stand_in(cls): calls of the torch.cuda stand-in class cls reach its metaclass's StandInCall "
+     "through the type's vectorcall slot (hal.redirect)."},
+    {nullptr, nullptr, 0, nullptr},
+};
+
 }  // namespace
 #endif
 
@@ -717,6 +771,7 @@ void register_redirect_calls(py::module_& m) {
     s_name = intern("__name__");
     s_non_blocking = intern("non_blocking");
     s_memory_format = intern("memory_format");
+    s_call = intern("__call__");
     kw_sets[1] = PyTuple_Pack(1, s_non_blocking);
     kw_sets[2] = PyTuple_Pack(1, s_memory_format);
     kw_sets[3] = PyTuple_Pack(2, s_non_blocking, s_memory_format);
@@ -729,6 +784,9 @@ void register_redirect_calls(py::module_& m) {
     m.attr("SiteCall") = py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(&site_call_type));
     m.attr("SplitCall") = py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(&split_call_type));
     m.attr("StandInCall") = py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(&stand_in_call_type));
+    PyObject* fast = PyCFunction_NewEx(&module_functions[0], nullptr, m.attr("__name__").ptr());
+    if (fast == nullptr) throw py::error_already_set();
+    m.attr("fast_stand_in") = py::reinterpret_steal<py::object>(fast);
 #else
     (void)m;
 #endif

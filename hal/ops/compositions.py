@@ -47,12 +47,13 @@ def add_rms_norm(x, weight, eps, residual):
 
 
 def rms_norm_backward(grad, x, weight, eps):
-    xf, gf, wf = _up(x), _up(grad).to(_up(x).dtype), weight.to(_up(x).dtype)
+    xf = _up(x)
+    gf, wf = as_dtype(_up(grad), xf.dtype), as_dtype(weight, xf.dtype)
     rstd = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
     g = gf * wf
     dx = rstd * (g - xf * rstd.pow(2) * (g * xf).mean(-1, keepdim=True))
     dw = (gf * xf * rstd).reshape(-1, x.shape[-1]).sum(0)
-    return dx.to(x.dtype), dw.to(weight.dtype)
+    return as_dtype(dx, x.dtype), as_dtype(dw, weight.dtype)
 
 
 def layer_norm(x, weight, bias, eps, residual=None):
@@ -64,18 +65,18 @@ def layer_norm(x, weight, bias, eps, residual=None):
 
 def layer_norm_backward(grad, grad_residual_out, x, weight, eps):
     xf = _up(x)
-    gf, wf = grad.to(xf.dtype), weight.to(xf.dtype)
+    gf, wf = as_dtype(grad, xf.dtype), as_dtype(weight, xf.dtype)
     mean = xf.mean(-1, keepdim=True)
     rstd = torch.rsqrt((xf - mean).pow(2).mean(-1, keepdim=True) + eps)
     xhat = (xf - mean) * rstd
     g = gf * wf
     dx = rstd * (g - g.mean(-1, keepdim=True) - xhat * (g * xhat).mean(-1, keepdim=True))
     if grad_residual_out is not None:
-        dx = dx + grad_residual_out.to(xf.dtype)
+        dx = dx + as_dtype(grad_residual_out, xf.dtype)
     n = x.shape[-1]
-    dw = (gf * xhat).reshape(-1, n).sum(0).to(weight.dtype)
-    db = gf.reshape(-1, n).sum(0).to(weight.dtype)
-    return dx.to(x.dtype), dw, db
+    dw = as_dtype((gf * xhat).reshape(-1, n).sum(0), weight.dtype)
+    db = as_dtype(gf.reshape(-1, n).sum(0), weight.dtype)
+    return as_dtype(dx, x.dtype), dw, db
 
 
 # -- rotary ----------------------------------------------------------------------------
@@ -103,9 +104,9 @@ def swiglu(x):
 
 def swiglu_backward(grad, x):
     a, b = _up(x).chunk(2, dim=-1)
-    g = grad.to(a.dtype)
+    g = as_dtype(grad, a.dtype)
     s = torch.sigmoid(a)
-    return torch.cat((g * b * s * (1 + a * (1 - s)), g * a * s), dim=-1).to(x.dtype)
+    return as_dtype(torch.cat((g * b * s * (1 + a * (1 - s)), g * a * s), dim=-1), x.dtype)
 
 
 def gelu(x, approximate="none"):
@@ -114,7 +115,7 @@ def gelu(x, approximate="none"):
 
 def gelu_backward(grad, x, approximate="none"):
     xf = _up(x)
-    return torch.ops.aten.gelu_backward(grad.to(xf.dtype), xf, approximate=approximate).to(x.dtype)
+    return as_dtype(torch.ops.aten.gelu_backward(as_dtype(grad, xf.dtype), xf, approximate=approximate), x.dtype)
 
 
 # -- softmax ---------------------------------------------------------------------------
@@ -134,8 +135,8 @@ def softmax(x, mask=None, causal=False, scale=1.0):
 
 def softmax_backward(grad, out, scale=1.0):
     y = _up(out)
-    g = grad.to(y.dtype)
-    return (scale * y * (g - (g * y).sum(-1, keepdim=True))).to(out.dtype)
+    g = as_dtype(grad, y.dtype)
+    return as_dtype(scale * y * (g - (g * y).sum(-1, keepdim=True)), out.dtype)
 
 
 # -- optimizer -------------------------------------------------------------------------

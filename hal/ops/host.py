@@ -26,6 +26,7 @@ from typing import List, Optional, Sequence, Tuple
 import torch
 
 from hal.ops._dispatch import KernelUnsupported
+from hal.ops.compositions import as_dtype
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 # the dtype argument of hal._C's raw entries (hal._C.DTYPE_CODES)
@@ -152,7 +153,7 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
 def add_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float,
                  residual: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
     """``(rms_norm(x + residual), x + residual)``."""
-    _check("add_rms_norm", x)
+    code = _code("add_rms_norm", x)
     C = _C or native()
     n = x.shape[-1]
     xh, wh, rh = _host(x), _host(weight, x.dtype), _host(residual, x.dtype)
@@ -161,7 +162,7 @@ def add_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float,
     y, h = torch.empty_like(xh), torch.empty_like(xh)
     if x.numel():
         C.add_rms_norm_fwd_raw(xh.data_ptr(), rh.data_ptr(), wh.data_ptr(), y.data_ptr(), h.data_ptr(),
-                               x.numel() // n, n, _CODE[x.dtype], float(eps))
+                               x.numel() // n, n, code, float(eps))
     return _back(y, x), _back(h, x)
 
 
@@ -169,7 +170,7 @@ def add_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float,
 def rms_norm_backward(grad: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
                       eps: float) -> Tuple[torch.Tensor, torch.Tensor]:
     """(grad_x, grad_weight) of :func:`rms_norm`."""
-    _check("rms_norm_backward", x)
+    code = _code("rms_norm_backward", x)
     C = _C or native()
     n = x.shape[-1]
     xh, gh, wh = _host(x), _host(grad, x.dtype), _host(weight, x.dtype)
@@ -179,8 +180,8 @@ def rms_norm_backward(grad: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
     dw = torch.zeros(n, dtype=torch.float32)
     if x.numel():
         C.rms_norm_bwd_raw(gh.data_ptr(), xh.data_ptr(), wh.data_ptr(), dx.data_ptr(), dw.data_ptr(),
-                           x.numel() // n, n, _CODE[x.dtype], float(eps))
-    return _back(dx, x), _back(dw.to(weight.dtype), weight)
+                           x.numel() // n, n, code, float(eps))
+    return _back(dx, x), _back(as_dtype(dw, weight.dtype), weight)
 
 
 @_half_in_float
@@ -190,7 +191,7 @@ def layer_norm(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tenso
 
     :return: ``out``, or ``(out, x + residual)`` when ``residual`` is given.
     """
-    _check("layer_norm", x)
+    code = _code("layer_norm", x)
     C = _C or native()
     n = x.shape[-1]
     xh, wh = _host(x), _host(weight, x.dtype)
@@ -206,7 +207,7 @@ def layer_norm(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tenso
     if x.numel():
         C.layer_norm_fwd_raw(xh.data_ptr(), 0 if rh is None else rh.data_ptr(), wh.data_ptr(),
                              0 if bh is None else bh.data_ptr(), y.data_ptr(), 0 if h is None else h.data_ptr(),
-                             x.numel() // n, n, _CODE[x.dtype], float(eps))
+                             x.numel() // n, n, code, float(eps))
     if residual is None:
         return _back(y, x)
     return _back(y, x), _back(h, x)
@@ -219,7 +220,7 @@ def layer_norm_backward(grad: torch.Tensor, grad_residual_out: Optional[torch.Te
 
     ``grad_residual_out`` (the gradient reaching ``x + residual`` directly) is added to grad_x.
     """
-    _check("layer_norm_backward", x)
+    code = _code("layer_norm_backward", x)
     C = _C or native()
     n = x.shape[-1]
     xh, gh, wh = _host(x), _host(grad, x.dtype), _host(weight, x.dtype)
@@ -233,9 +234,9 @@ def layer_norm_backward(grad: torch.Tensor, grad_residual_out: Optional[torch.Te
     db = torch.zeros(n, dtype=torch.float32)
     if x.numel():
         C.layer_norm_bwd_raw(gh.data_ptr(), 0 if eh is None else eh.data_ptr(), xh.data_ptr(), wh.data_ptr(),
-                             dx.data_ptr(), dw.data_ptr(), db.data_ptr(), x.numel() // n, n, _CODE[x.dtype],
+                             dx.data_ptr(), dw.data_ptr(), db.data_ptr(), x.numel() // n, n, code,
                              float(eps))
-    return _back(dx, x), _back(dw.to(weight.dtype), weight), _back(db.to(weight.dtype), weight)
+    return _back(dx, x), _back(as_dtype(dw, weight.dtype), weight), _back(as_dtype(db, weight.dtype), weight)
 
 
 # -- rotary ----------------------------------------------------------------------------
@@ -251,7 +252,7 @@ def _angles(t: torch.Tensor, seq: int) -> torch.Tensor:
 def rotary_embedding(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, interleaved: bool = False,
                      seq_dim: int = 1) -> torch.Tensor:
     """Rotary embedding; see :func:`hal.ops.rotary_embedding` for the layout."""
-    _check("rotary_embedding", x)
+    code = _code("rotary_embedding", x)
     C = _C or native()
     seq_dim = seq_dim % x.dim()
     seq = x.shape[seq_dim]
@@ -266,7 +267,7 @@ def rotary_embedding(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, inte
     if x.numel():
         d = x.shape[-1]
         C.rotary_fwd_raw(xh.data_ptr(), c.data_ptr(), s.data_ptr(), y.data_ptr(), x.numel() // d, d, c.shape[1],
-                         max(pos_div, 1), seq, bool(interleaved), 1, _CODE[x.dtype])
+                         max(pos_div, 1), seq, bool(interleaved), 1, code)
     return _back(y, x)
 
 
@@ -295,7 +296,7 @@ def swiglu(x: torch.Tensor) -> torch.Tensor:
 @_half_in_float
 def swiglu_backward(grad: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     """grad_x of :func:`swiglu`."""
-    _check("swiglu_backward", x)
+    code = _code("swiglu_backward", x)
     C = _C or native()
     n = x.shape[-1]
     _even("swiglu_backward", n)
@@ -303,7 +304,7 @@ def swiglu_backward(grad: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     _want(2 * gh.numel() == x.numel(), "swiglu_backward", "grad", gh, f"{tuple(x.shape[:-1]) + (n // 2,)}")
     dx = torch.empty_like(xh)
     if x.numel():
-        C.swiglu_bwd_raw(gh.data_ptr(), xh.data_ptr(), dx.data_ptr(), x.numel() // n, n // 2, _CODE[x.dtype])
+        C.swiglu_bwd_raw(gh.data_ptr(), xh.data_ptr(), dx.data_ptr(), x.numel() // n, n // 2, code)
     return _back(dx, x)
 
 
@@ -323,13 +324,13 @@ def gelu(x: torch.Tensor, approximate: str = "none") -> torch.Tensor:
 @_half_in_float
 def gelu_backward(grad: torch.Tensor, x: torch.Tensor, approximate: str = "none") -> torch.Tensor:
     """grad_x of :func:`gelu`."""
-    _check("gelu_backward", x)
+    code = _code("gelu_backward", x)
     C = _C or native()
     xh, gh = _host(x), _host(grad, x.dtype)
     _same_size("gelu_backward", "grad", gh, x)
     dx = torch.empty_like(xh)
     if x.numel():
-        C.gelu_bwd_raw(gh.data_ptr(), xh.data_ptr(), dx.data_ptr(), x.numel(), _CODE[x.dtype],
+        C.gelu_bwd_raw(gh.data_ptr(), xh.data_ptr(), dx.data_ptr(), x.numel(), code,
                        approximate == "tanh")
     return _back(dx, x)
 
@@ -374,7 +375,7 @@ def softmax(x: torch.Tensor, mask: Optional[torch.Tensor] = None, causal: bool =
 @_half_in_float
 def softmax_backward(grad: torch.Tensor, out: torch.Tensor, scale: float = 1.0) -> torch.Tensor:
     """grad_x of :func:`softmax` from its output."""
-    _check("softmax_backward", out)
+    code = _code("softmax_backward", out)
     C = _C or native()
     yh, gh = _host(out), _host(grad, out.dtype)
     _same_size("softmax_backward", "grad", gh, out)
@@ -382,7 +383,7 @@ def softmax_backward(grad: torch.Tensor, out: torch.Tensor, scale: float = 1.0) 
     if out.numel():
         cols = out.shape[-1]
         C.softmax_bwd_raw(gh.data_ptr(), yh.data_ptr(), dx.data_ptr(), out.numel() // cols, cols,
-                          _CODE[out.dtype], float(scale))
+                          code, float(scale))
     return _back(dx, out)
 
 
@@ -434,7 +435,7 @@ def nms(boxes: torch.Tensor, scores: torch.Tensor, iou_threshold: float) -> torc
 def roi_align(input: torch.Tensor, boxes: torch.Tensor, spatial_scale: float, pooled_height: int,
               pooled_width: int, sampling_ratio: int, aligned: bool) -> torch.Tensor:
     """RoIAlign of ``input`` (N, C, H, W) over ``boxes`` (K, 5)."""
-    _check("roi_align", input)
+    code = _code("roi_align", input)
     C = _C or native()
     xh = _host(input)
     bh = _host(boxes, torch.float32)
@@ -444,7 +445,7 @@ def roi_align(input: torch.Tensor, boxes: torch.Tensor, spatial_scale: float, po
     out = torch.empty(boxes.shape[0], input.shape[1], pooled_height, pooled_width, dtype=input.dtype)
     if out.numel():
         C.roi_align_fwd_raw(xh.data_ptr(), bh.data_ptr(), out.data_ptr(), N, Ch, H, W, bh.shape[0],
-                            pooled_height, pooled_width, _CODE[input.dtype], float(spatial_scale),
+                            pooled_height, pooled_width, code, float(spatial_scale),
                             int(sampling_ratio), bool(aligned))
     return _back(out, input)
 
@@ -453,7 +454,7 @@ def roi_align_backward(grad: torch.Tensor, boxes: torch.Tensor, spatial_scale: f
                        pooled_width: int, sampling_ratio: int, aligned: bool,
                        input_shape: Sequence[int]) -> torch.Tensor:
     """grad_input of :func:`roi_align` (in ``grad``'s dtype)."""
-    _check("roi_align_backward", grad)
+    code = _code("roi_align_backward", grad)
     C = _C or native()
     gh = _host(grad)
     bh = _host(boxes, torch.float32)
@@ -465,6 +466,6 @@ def roi_align_backward(grad: torch.Tensor, boxes: torch.Tensor, spatial_scale: f
     if grad.numel() and gi.numel():
         K, Ch, PH, PW = gh.shape
         N, _, H, W = gi.shape
-        C.roi_align_bwd_raw(gh.data_ptr(), bh.data_ptr(), gi.data_ptr(), N, Ch, H, W, K, PH, PW, _CODE[grad.dtype],
+        C.roi_align_bwd_raw(gh.data_ptr(), bh.data_ptr(), gi.data_ptr(), N, Ch, H, W, K, PH, PW, code,
                             float(spatial_scale), int(sampling_ratio), bool(aligned))
     return _back(gi.to(grad.dtype), grad)

@@ -153,12 +153,21 @@ class Backend:
         return self._fn("stream")(s)
 
     # -- memory -----------------------------------------------------------------------
-    def _mem(self, attr: str, index: Optional[int]):
+    def memory_stat_call(self, attr: str) -> Callable:
+        """The device module's allocator call ``attr`` (``memory_allocated``, ``reset_peak_memory_stats``,
+        ...), taking an optional device index; only looked up, not called.
+
+        :raises hal.NotSupported: the module keeps no such statistic (``torch.cpu``).
+        """
         fn = getattr(self.module, attr, None)
         if fn is None and hasattr(torch.accelerator, attr) and self.device_type != "cpu":
             fn = getattr(torch.accelerator, attr)
         if fn is None:
             raise NotSupported(self.name, attr, "this device module keeps no allocator statistics")
+        return fn
+
+    def _mem(self, attr: str, index: Optional[int]):
+        fn = self.memory_stat_call(attr)
         return fn(index) if index is not None else fn()
 
     def memory_allocated(self, index: Optional[int] = None) -> int:

@@ -127,6 +127,9 @@ def stand_in(name: str, spec: Spec, namespace: Optional[dict] = None) -> type:
     own = type(meta.__name__, (meta,), {"__module__": meta.__module__})
     cls = own(name, (spec.base,), ns)
     own.__call__ = stand_in_call(cls, type(spec.base).__call__, spec.call, spec.fast, spec.on_miss, _INTERNAL)
+    fast = native_call("fast_stand_in")
+    if fast is not None:
+        fast(cls)  # cls(...) reaches it through the type's vectorcall slot: no slot lookup, tuple or dict
     return cls
 
 

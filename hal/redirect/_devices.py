@@ -148,34 +148,36 @@ def native_wrappers() -> bool:
     return all(native_call(name) is not None for name in NATIVE_CALLS)
 
 
-def _on_miss(t: Redirection, key: tuple, describe: Callable) -> Callable:
+def _on_miss(t: Redirection, key: tuple, describe: Callable, kind: str = REDIRECTED) -> Callable:
     """What a C wrapper calls on a call site it has not counted yet: record the call ``key`` there
-    (:meth:`RedirectLog.at`) and return the site's row, which it counts from then on (None where the
-    caller is torch's own code: asked again next time)."""
+    (:meth:`RedirectLog.at`, as ``kind``) and return the site's row, which it counts from then on (None
+    where the caller is torch's own code: asked again next time)."""
     sites, at = t.log.sites, t.log.at
 
     def on_miss(f, _dev, _target):
         site = (id(f.f_code), f.f_lasti) + key
         row = sites.get(site)
         if row is None:
-            at(f, key, REDIRECTED, describe)
+            at(f, key, kind, describe)
             return sites.get(site)
         row["count"] += 1
         return row
     return on_miss
 
 
-def counted(t: Redirection, key: tuple, describe: Callable, fn: Callable) -> Tuple[Callable, bool]:
-    """``fn``, each call recorded in the log as ``key`` at its call site (``describe(key)`` gives the row's
-    text on a site's first sight), as ``(callable, takes_caller)`` for :func:`hal.redirect._split.patch_split`:
-    hal._C's ``SiteCall`` where it has it, else a Python function taking the calling frame first."""
+def counted(t: Redirection, key: tuple, describe: Callable, fn: Callable,
+            kind: str = REDIRECTED) -> Tuple[Callable, bool]:
+    """``fn``, each call recorded in the log as ``key`` (a ``kind`` row) at its call site (``describe(key)``
+    gives the row's text on a site's first sight), as ``(callable, takes_caller)`` for
+    :func:`hal.redirect._split.patch_split`: hal._C's ``SiteCall`` where it has it, else a Python function
+    taking the calling frame first."""
     site_call = native_call("SiteCall")
     if site_call is not None:
-        return site_call(fn, _on_miss(t, key, describe)), False
+        return site_call(fn, _on_miss(t, key, describe, kind)), False
     at = t.log.at
 
     def call(caller, *args, **kwargs):
-        at(caller, key, REDIRECTED, describe)
+        at(caller, key, kind, describe)
         return fn(*args, **kwargs)
     return call, True
 

@@ -143,3 +143,22 @@ def test_stream_and_event_stand_ins_build_and_log_alike(cpu_backend, native):
     for call, offset in (("torch.cuda.Stream", 0), ("torch.cuda.Event", 1), ("torch.cuda.Stream", 2),
                          ("torch.cuda.current_stream", 3)):
         assert rows.get((call, f"{HERE}:{first + offset}")) == 5, (call, offset, rows)
+
+
+def test_memory_statistics_answer_and_log_alike(cpu_backend, monkeypatch, native):
+    with hal.redirect.enable(cpu_backend) as t:
+        first = sys._getframe().f_lineno + 2
+        for _ in range(5):
+            assert torch.cuda.memory_allocated() == 0  # the cpu keeps no allocator statistics
+            assert torch.cuda.max_memory_allocated("cuda:0") == 0
+            assert torch.cuda.memory_stats() == {}
+    rows = {(r["call"], r["where"]): r for r in t.log.rows("not_redirected")}
+    for call, offset in (("torch.cuda.memory_allocated", 0), ("torch.cuda.max_memory_allocated", 1),
+                         ("torch.cuda.memory_stats", 2)):
+        row = rows[(call, f"{HERE}:{first + offset}")]
+        assert row["count"] == 5 and "keeps no allocator statistics" in row["detail"], row
+    # a backend that answers for itself is asked on every call
+    monkeypatch.setattr(type(cpu_backend), "memory_allocated", lambda self, index=None: 123, raising=False)
+    with hal.redirect.enable(cpu_backend) as t:
+        assert torch.cuda.memory_allocated() == 123
+    assert any(r["call"] == "torch.cuda.memory_allocated" for r in t.log.rows("redirected"))
