@@ -12,6 +12,7 @@
 //
 // Like the Python Op it does not bind as a method; it carries a __dict__ and weak references and
 // takes part in garbage collection.
+#include "callable_type.h"
 #include "common.h"
 
 #include <structmember.h>
@@ -30,10 +31,7 @@ namespace {
 PyObject* s_requires_grad = nullptr;  // "requires_grad"
 
 struct OpEntry {
-    PyObject_HEAD
-    vectorcallfunc vectorcall;
-    PyObject* dict;
-    PyObject* weakrefs;
+    hal::Callable base;
     PyObject* custom;
     PyObject* impl;
     PyObject* grad_call;
@@ -109,7 +107,7 @@ PyObject* op_entry_repr(PyObject* op) {
 
 int op_entry_traverse(PyObject* op, visitproc visit, void* arg) {
     auto* self = reinterpret_cast<OpEntry*>(op);
-    Py_VISIT(self->dict);
+    Py_VISIT(self->base.dict);
     Py_VISIT(self->custom);
     Py_VISIT(self->impl);
     Py_VISIT(self->grad_call);
@@ -121,7 +119,7 @@ int op_entry_traverse(PyObject* op, visitproc visit, void* arg) {
 
 int op_entry_clear(PyObject* op) {
     auto* self = reinterpret_cast<OpEntry*>(op);
-    Py_CLEAR(self->dict);
+    Py_CLEAR(self->base.dict);
     Py_CLEAR(self->custom);
     Py_CLEAR(self->impl);
     Py_CLEAR(self->grad_call);
@@ -134,7 +132,7 @@ int op_entry_clear(PyObject* op) {
 void op_entry_dealloc(PyObject* op) {
     PyObject_GC_UnTrack(op);
     auto* self = reinterpret_cast<OpEntry*>(op);
-    if (self->weakrefs != nullptr) PyObject_ClearWeakRefs(op);
+    if (self->base.weakrefs != nullptr) PyObject_ClearWeakRefs(op);
     op_entry_clear(op);
     Py_CLEAR(self->name);
     Py_TYPE(op)->tp_free(op);
@@ -155,7 +153,7 @@ PyObject* op_entry_new(PyTypeObject* type, PyObject* args, PyObject* kwds) {
     }
     auto* self = reinterpret_cast<OpEntry*>(type->tp_alloc(type, 0));
     if (self == nullptr) return nullptr;
-    self->vectorcall = op_entry_call;
+    self->base.vectorcall = op_entry_call;
     for (auto [slot, value] : {std::pair<PyObject**, PyObject*>{&self->custom, custom}, {&self->impl, impl},
                                {&self->grad_call, grad_call}, {&self->guards, guards}, {&self->plain, plain},
                                {&self->tensor_type, tensor_type}, {&self->name, name}}) {
@@ -165,11 +163,6 @@ PyObject* op_entry_new(PyTypeObject* type, PyObject* args, PyObject* kwds) {
     return reinterpret_cast<PyObject*>(self);
 }
 
-PyGetSetDef op_entry_getset[] = {
-    {"__dict__", PyObject_GenericGetDict, PyObject_GenericSetDict, nullptr, nullptr},
-    {nullptr, nullptr, nullptr, nullptr, nullptr},
-};
-
 PyMemberDef op_entry_members[] = {
     {"name", T_OBJECT_EX, offsetof(OpEntry, name), READONLY, "the operator's name (hal::<name>)"},
     {"custom", T_OBJECT_EX, offsetof(OpEntry, custom), READONLY, "the custom op: the traced route"},
@@ -178,25 +171,12 @@ PyMemberDef op_entry_members[] = {
 };
 
 PyTypeObject make_op_entry_type() {
-    PyTypeObject t = {PyVarObject_HEAD_INIT(nullptr, 0)};
-    t.tp_name = "hal._C.OpEntry";
-    t.tp_doc =
+    PyTypeObject t = hal::make_callable_type(
+        "hal._C.OpEntry",
         "OpEntry(custom, impl, grad_call, guards, plain, tensor_type, name): a hal.ops operator's entry "
-        "(custom op when traced, direct call when eager), in C.";
-    t.tp_basicsize = sizeof(OpEntry);
-    t.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL;
-    t.tp_new = op_entry_new;
-    t.tp_dealloc = op_entry_dealloc;
-    t.tp_traverse = op_entry_traverse;
-    t.tp_clear = op_entry_clear;
-    t.tp_call = PyVectorcall_Call;
-    t.tp_vectorcall_offset = offsetof(OpEntry, vectorcall);
-    t.tp_dictoffset = offsetof(OpEntry, dict);
-    t.tp_weaklistoffset = offsetof(OpEntry, weakrefs);
+        "(custom op when traced, direct call when eager), in C.",
+        sizeof(OpEntry), op_entry_new, op_entry_dealloc, op_entry_traverse, op_entry_clear, nullptr, nullptr);
     t.tp_repr = op_entry_repr;
-    t.tp_getattro = PyObject_GenericGetAttr;
-    t.tp_setattro = PyObject_GenericSetAttr;
-    t.tp_getset = op_entry_getset;
     t.tp_members = op_entry_members;
     return t;
 }

@@ -33,6 +33,7 @@
 //
 // All bind as methods (descriptor + Py_TPFLAGS_METHOD_DESCRIPTOR) like Python functions, carry a
 // __dict__ (functools.update_wrapper) and take part in garbage collection.
+#include "callable_type.h"
 #include "common.h"
 
 #include <unordered_map>
@@ -55,13 +56,7 @@ PyObject* s_memory_format = nullptr;
 PyObject* s_call = nullptr;  // "__call__"
 PyObject* kw_sets[4] = {nullptr, nullptr, nullptr, nullptr};  // (), (nb,), (mf,), (nb, mf)
 
-// The parts both wrappers share: vectorcall slot, __dict__ and weak references.
-struct Callable {
-    PyObject_HEAD
-    vectorcallfunc vectorcall;
-    PyObject* dict;
-    PyObject* weakrefs;
-};
+using hal::Callable;  // the head of every wrapper: vectorcall slot, __dict__ and weak references
 
 struct Site {
     PyObject* code;  // strong references: the code's address and the device's stay theirs
@@ -151,10 +146,6 @@ PyMethodDef callable_methods[] = {
     {nullptr, nullptr, 0, nullptr},
 };
 
-PyGetSetDef callable_getset[] = {
-    {"__dict__", PyObject_GenericGetDict, PyObject_GenericSetDict, nullptr, nullptr},
-    {nullptr, nullptr, nullptr, nullptr, nullptr},
-};
 
 // a dict that may decide on a miss (__missing__): one lookup on a hit; new reference
 PyObject* lookup(PyObject* table, PyObject* key) {
@@ -675,25 +666,7 @@ PyObject* split_call_new(PyTypeObject* type, PyObject* args, PyObject* kwds) {
 
 PyTypeObject make_type(const char* name, const char* doc, Py_ssize_t size, newfunc tp_new, destructor dealloc,
                        traverseproc traverse, inquiry clear) {
-    PyTypeObject t = {PyVarObject_HEAD_INIT(nullptr, 0)};
-    t.tp_name = name;
-    t.tp_doc = doc;
-    t.tp_basicsize = size;
-    t.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_METHOD_DESCRIPTOR;
-    t.tp_new = tp_new;
-    t.tp_dealloc = dealloc;
-    t.tp_traverse = traverse;
-    t.tp_clear = clear;
-    t.tp_call = PyVectorcall_Call;
-    t.tp_vectorcall_offset = offsetof(Callable, vectorcall);
-    t.tp_dictoffset = offsetof(Callable, dict);
-    t.tp_weaklistoffset = offsetof(Callable, weakrefs);
-    t.tp_descr_get = bind;
-    t.tp_getattro = PyObject_GenericGetAttr;
-    t.tp_setattro = PyObject_GenericSetAttr;
-    t.tp_methods = callable_methods;
-    t.tp_getset = callable_getset;
-    return t;
+    return hal::make_callable_type(name, doc, size, tp_new, dealloc, traverse, clear, bind, callable_methods);
 }
 
 PyTypeObject device_call_type = make_type(

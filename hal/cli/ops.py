@@ -38,6 +38,8 @@ def run(args) -> int:
               f"ISA {rep['host_isa']} (HAL_HOST_ISA=baseline|avx2|avx512 to force one)")
     else:
         print(paint(f"host kernels hal._C: unavailable: {rep['native_error']}", "yellow", color))
+    print("per-call entry: " + ("C (hal._C.OpEntry; HAL_OPS_NATIVE=0 for the Python one)" if rep["native_entry"]
+                                else "Python (hal._C without OpEntry, Python < 3.11, or HAL_OPS_NATIVE=0)"))
     if rep["plugin_error"]:
         print(paint(f"plugin error: {rep['plugin_error']}", "red", color))
     rows = []

@@ -155,7 +155,15 @@ def define(name: str, impl: Callable, *, fake: Callable, setup_context: Optional
     custom.register_fake(fake)
     if setup_context is not None:
         custom.register_autograd(backward, setup_context=setup_context)
-    return entry(Op(getattr(torch.ops.hal, name), impl, setup_context, backward, composition, name))
+    global _entered_in_c
+    op = Op(getattr(torch.ops.hal, name), impl, setup_context, backward, composition, name)
+    chosen = entry(op)
+    _entered_in_c = chosen is not op
+    return chosen
+
+
+#: whether the last operator :func:`define` made was given the C entry (None: none yet)
+_entered_in_c: Optional[bool] = None
 
 
 def entry(op: Op):
@@ -172,8 +180,9 @@ def entry(op: Op):
 
 
 def native_entry() -> bool:
-    """True when hal.ops operators are entered through ``hal._C.OpEntry`` (C), False for the Python :class:`Op`."""
-    return _native_entry() is not None
+    """True when hal.ops operators are entered through ``hal._C.OpEntry`` (C), False for the Python
+    :class:`Op` (chosen when the operators were defined, at ``import hal.ops``)."""
+    return _entered_in_c if _entered_in_c is not None else _native_entry() is not None
 
 
 def _native_entry():

@@ -16,10 +16,13 @@ def floating(op: str, name: str, t: torch.Tensor) -> None:
 
 def same_device(op: str, ref: torch.Tensor, **others) -> None:
     ref_cpu = ref.is_cpu  # CPU with CPU needs no torch.device objects (~0.3 us each)
+    dev = None
     for name, t in others.items():
         if t is None or (ref_cpu and t.is_cpu):
             continue
-        if t.device != ref.device:
+        if dev is None:
+            dev = ref.device  # built once, not once per tensor
+        if t.device != dev:
             raise ValueError(f"hal.ops.{op}: {name} is on {t.device} but x is on {ref.device}; "
                              f"move it with {name}.to(x.device)")
 

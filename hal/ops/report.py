@@ -6,6 +6,7 @@ from typing import Optional
 from hal._errors import HalError
 from hal.plugin.facts import fused_kernel_facts
 from hal.ops import _dispatch, host
+from hal.ops._boundary import native_entry
 
 #: the forward operators a user calls, in the order docs/ops.md lists them
 PUBLIC_OPS = ("rms_norm", "add_rms_norm", "layer_norm", "add_layer_norm", "rotary_embedding", "swiglu", "gelu", "softmax",
@@ -19,8 +20,8 @@ def report(backend: Optional[str] = None) -> dict:
         plugin declares it whether or not it is usable here; default: the selected backend.
     :return: per op, the fused kernel the owning plugin declares (with the vendor
         function and its source confidence when the built-in data file has them) and the
-        fallbacks after it; plus whether the C++ host kernels are built, and the
-        counters of this process (:func:`hal.ops.stats`).
+        fallbacks after it; plus whether the C++ host kernels are built, whether calls are
+        entered in C (``native_entry``), and the counters of this process (:func:`hal.ops.stats`).
     """
     from hal.plugin.registry import get_registry
 
@@ -56,4 +57,5 @@ def report(backend: Optional[str] = None) -> dict:
     return {"schema": "hal.ops/1", "backend": cand.name, "device_type": cand.spec.device_type,
             "status": cand.status.value,
             "plugin_error": declared.get("__error__"), "native_available": native, "native_error": native_error,
-            "openmp_threads": threads, "host_isa": isa, "ops": ops, "stats": _dispatch.stats()}
+            "openmp_threads": threads, "host_isa": isa, "native_entry": native_entry(), "ops": ops,
+            "stats": _dispatch.stats()}

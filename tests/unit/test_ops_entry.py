@@ -123,3 +123,13 @@ def test_the_raw_kernel_entries_refuse_bad_arguments_with_python_errors():
         _C_probe.gelu_fwd_raw(x.data_ptr(), y.data_ptr(), 4, 7, False)
     _C_probe.gelu_fwd_raw(x.data_ptr(), y.data_ptr(), 4, 0, False)
     assert torch.allclose(y, torch.nn.functional.gelu(x), atol=1e-6)
+
+
+def test_hal_ops_native_0_keeps_the_python_entry_and_the_report_names_the_entry(monkeypatch):
+    monkeypatch.setenv("HAL_OPS_NATIVE", "0")
+    python, chosen = _probe()
+    assert chosen is python  # the switch, as read when an operator is defined
+    assert hal.ops.native_entry() == NATIVE  # the loaded operators keep the entry they were given
+    from hal.ops.report import report
+
+    assert report("cpu")["native_entry"] == NATIVE
