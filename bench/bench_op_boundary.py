@@ -14,8 +14,11 @@ wrapper around a kernel outside torch, as a vendor library's would be:
   the dispatcher's cost, not a finished route;
 * ``custom_op``: ``torch.library.custom_op`` with a fake kernel and ``register_autograd``;
 * ``autograd_function``: a ``torch.autograd.Function`` with ``setup_context``;
-* ``hal_op``: hal.ops' boundary (``hal.ops._boundary.Op``: the direct call when eager, an
-  ``autograd.Function`` when a gradient is needed, the custom op when traced).
+* ``hal_op``: hal.ops' boundary as hal.ops builds it (``hal.ops._boundary.entry``: the direct call
+  when eager, an ``autograd.Function`` when a gradient is needed, the custom op when traced), with
+  the per-call decision in C (``hal._C.OpEntry``) where hal._C has it;
+* ``hal_op_python``: the same decision in Python (``hal.ops._boundary.Op``, what ``HAL_OPS_NATIVE=0``
+  and a build without ``OpEntry`` use).
 
 Each is timed without and with an input that requires grad, interleaved (ABC CBA blocks),
 median and spread over ``--repeats``; the ratio is against ``aten``.  The run also checks,
@@ -46,7 +49,7 @@ def body(x: Tensor) -> Tensor:
 
 
 def contenders():
-    from hal.ops._boundary import Op
+    from hal.ops._boundary import Op, entry
 
     lib = torch.library.Library("halbench", "DEF")  # noqa: F841 (kept alive by the closure below)
     lib.define("lib_op(Tensor x) -> Tensor")
@@ -86,7 +89,7 @@ def contenders():
     custom2 = torch.library.custom_op("halbench::for_hal_op", mutates_args=())(impl2)
     custom2.register_fake(lambda x: torch.empty_like(x))
     custom2.register_autograd(backward, setup_context=setup)
-    hal_op = Op(torch.ops.halbench.for_hal_op, impl2, setup, backward)
+    hal_op = Op(torch.ops.halbench.for_hal_op, impl2, setup, backward, name="for_hal_op")
     return lib, {
         "direct": body,
         "aten": torch.ops.aten.gelu,
@@ -94,7 +97,8 @@ def contenders():
         "library": torch.ops.halbench.lib_op,
         "custom_op": torch.ops.halbench.custom,
         "autograd_function": Fn.apply,
-        "hal_op": hal_op,
+        "hal_op": entry(hal_op),
+        "hal_op_python": hal_op,
     }
 
 
