@@ -32,5 +32,5 @@ OPS = ("rms_norm", "add_rms_norm", "layer_norm", "add_layer_norm", "rotary_embed
        "fused_adamw_", "nms", "roi_align")
 
 __all__ = ["FallbackWarning", "KernelUnsupported", "OPS", "declared_kernels", "fused_adamw_", "gelu",
-           "layer_norm", "native_entry", "nms", "reset_stats", "rms_norm", "roi_align", "rotary_embedding", "softmax", "stats",
-           "swiglu", "use_path"]
+           "layer_norm", "native_entry", "nms", "reset_stats", "rms_norm", "roi_align", "rotary_embedding",
+           "softmax", "stats", "swiglu", "use_path"]

@@ -20,8 +20,9 @@ Where a fused kernel runs, both routes run the same implementation and backward 
 results are bitwise the same; bench/bench_op_boundary.py measures what each route costs.
 
 The decision itself is made in C where ``hal._C`` has ``OpEntry`` (csrc/op_entry.cpp; Python >=
-3.11): a Python ``__call__`` with its argument walk costs 0.8-1.8 us a call (the C one 0.4-0.7 us), as
-much as a decode-sized kernel.  :class:`Op` is the same decision in Python, used elsewhere and with ``HAL_OPS_NATIVE=0``.
+3.11): a Python ``__call__`` with its argument walk costs 0.8-1.8 us a call (the C one 0.4-0.7 us),
+as much as a decode-sized kernel.  :class:`Op` is the same decision in Python, used elsewhere and
+with ``HAL_OPS_NATIVE=0``.
 """
 from __future__ import annotations
 
