@@ -12,7 +12,8 @@ examples:
   hal ops --json               as JSON (schema hal.ops/1)
 
 order per call: the backend's fused kernel -> torch composition on the device -> C++ host
-kernel (hal._C) through host memory.  In a program, hal.ops.stats() counts what ran.
+kernel (hal._C) through host memory.  Where a backend declares the sizes its kernel wins at,
+other sizes run the torch composition (the faster path there; counted, not warned about).  In a program, hal.ops.stats() counts what ran.
 """
 
 
@@ -50,4 +51,13 @@ def run(args) -> int:
             vendor += f" (uncertain: {o['uncertain']})"
         rows.append([o["op"], fused, vendor, " -> ".join(o["then"])])
     print(table(rows, ["op", "fused kernel", "vendor function", "fallbacks"]))
+    sized = [o for o in rep["ops"] if o.get("sizes")]
+    if sized:
+        print("\nsizes the fused kernel is used at (elsewhere the torch composition runs: it is faster there):")
+        for o in sized:
+            for name in ("forward", "with_grad"):
+                rules = o["sizes"].get(name)
+                if rules:
+                    print(f"  {o['op']:<16} {name:<9} " + "; ".join(f"{dt}: {r}" for dt, r in rules.items()))
+        print(f"  measured: {sized[0]['sizes']['measured']}")
     return 0

@@ -23,6 +23,7 @@ import warnings
 from typing import Callable, Dict, Optional
 
 from hal._errors import HalError
+from hal.plugin.kernels import SizedKernel
 from hal.plugin.registry import generation as registry_generation
 from hal.util.frames import user_stacklevel
 
@@ -174,7 +175,10 @@ def plugin_kernels(reg, cand) -> Dict[str, object]:
 
 
 def resolve(value) -> Callable:
-    """Turn a declared kernel (``"module:function"`` or a callable) into a callable."""
+    """Turn a declared kernel (``"module:function"``, a callable, or a :class:`SizedKernel` of
+    either) into a callable."""
+    if isinstance(value, SizedKernel):
+        value = value.kernel
     if callable(value):
         return value
     if not isinstance(value, str) or ":" not in value:
@@ -190,16 +194,18 @@ def resolve(value) -> Callable:
 
 
 def _fused(op: str, device_type: str):
-    """(callable or None, reason when None)."""
+    """(callable or None, reason when None, its :class:`SizedKernel` declaration or None)."""
     table = declared_kernels(device_type)
     if "__error__" in table:
-        return None, table["__error__"]
+        return None, table["__error__"], None
     if op not in table:
-        return None, f"no fused kernel declared for device type {device_type!r}"
+        return None, f"no fused kernel declared for device type {device_type!r}", None
+    value = table[op]
+    sized = value if isinstance(value, SizedKernel) else None
     try:
-        return resolve(table[op]), None
+        return resolve(value), None, sized
     except KernelUnsupported as exc:
-        return None, str(exc)
+        return None, str(exc), None
 
 
 #: torch.device -> its type string: ``device.type`` builds a new string per call (~0.6 us for a
@@ -220,30 +226,45 @@ def device_type(t) -> str:
 
 
 def plan(op: str, device_type: str, dtype) -> tuple:
-    """``(generation, fused callable or None, why not, composition's fallback reason)`` for ``op``
-    on (device type, dtype).
+    """``(generation, fused callable or None, why not, composition's fallback reason, sizes)`` for
+    ``op`` on (device type, dtype).
 
-    Decided once and cached; a new registry (``hal.reset_registry()``, a plugin's kernel
-    table changed, ``HAL_*`` settings re-read) starts a new generation and every plan is
-    decided again.
+    ``sizes`` is None where the kernel runs at every size, else ``(low, high, grad_low,
+    grad_high)``: the element counts for which it runs alone / in an eager call that needs a
+    gradient (a :class:`hal.plugin.kernels.SizedKernel` declaration); outside them the torch
+    composition runs.  Decided once and cached; a new registry (``hal.reset_registry()``, a
+    plugin's kernel table changed, ``HAL_*`` settings re-read) starts a new generation and every
+    plan is decided again.
     """
     gen = registry_generation()
     key = (op, device_type, dtype)
     hit = _plans.get(key)
     if hit is not None and hit[0] == gen:
         return hit
-    fn, why = _fused(op, device_type)
+    fn, why, sized = _fused(op, device_type)
     specialise = getattr(fn, "for_dtype", None)
     if specialise is not None:  # a kernel with a variant per dtype names it once, not per call
         fn = specialise(dtype)
-    hit = _plans[key] = _plan(gen, fn, why)
+    hit = _plans[key] = _plan(gen, fn, why, _sizes(sized, dtype) if fn is not None else None)
     return hit
 
 
-def _plan(gen, fn, why) -> tuple:
-    """A plan tuple; its last item is the fallback reason a composition call records (one string
+def _plan(gen, fn, why, sizes=None) -> tuple:
+    """A plan tuple; its fourth item is the fallback reason a composition call records (one string
     object per plan, so the steady-state counter compares it by identity)."""
-    return gen, fn, why, None if why is None else _ran_composition(why)
+    return gen, fn, why, None if why is None else _ran_composition(why), sizes
+
+
+def _sizes(sized: Optional[SizedKernel], dtype) -> Optional[tuple]:
+    """The plan's ``(low, high, grad_low, grad_high)`` for ``dtype``, None when that is every size."""
+    if sized is None or dtype is None:
+        return None
+    name = str(dtype).rpartition(".")[2]
+    low, high = sized.range_for(name)
+    grad_low, grad_high = sized.range_for(name, grad=True)
+    if low == grad_low == 0 and high == grad_high == float("inf"):
+        return None
+    return low, high, grad_low, grad_high
 
 
 def _ran_composition(why: str) -> str:
@@ -252,6 +273,8 @@ def _ran_composition(why: str) -> str:
 
 #: :func:`autograd_route`'s answer for a fused kernel made of differentiable torch ops
 DIFFERENTIABLE_FUSED = "differentiable fused kernel"
+#: :func:`autograd_route`'s answer where the torch composition beats the fused kernel at the call's size
+COMPOSITION_BY_SIZE = "the torch composition is faster at this size"
 
 
 def autograd_route(op: str, t) -> Optional[str]:
@@ -259,22 +282,26 @@ def autograd_route(op: str, t) -> Optional[str]:
 
     :return: :data:`DIFFERENTIABLE_FUSED` when the fused kernel for ``t``'s device type and
         dtype is itself differentiable torch ops (its function has ``differentiable = True``,
-        e.g. ``F.layer_norm``); the fallback reason to record when there is no fused kernel
-        (the composition then runs under autograd; pass it to :func:`record_composition`);
-        None otherwise, or when a path is forced (hal's own backward formula).
+        e.g. ``F.layer_norm``); :data:`COMPOSITION_BY_SIZE` where the kernel's declared sizes
+        leave out ``t``'s (the composition runs under autograd, not a fallback); the fallback
+        reason to record when there is no fused kernel (the composition then runs under
+        autograd); None otherwise, or when a path is forced (hal's own backward formula).
+        Pass a composition answer to :func:`record_composition`.
     """
     if _forced.path is not None:
         return None
-    _, fn, why, comp_why = plan(op, device_type(t), t.dtype)
+    _, fn, why, comp_why, sizes = plan(op, device_type(t), t.dtype)
     if fn is None:
         return comp_why
+    if sizes is not None and not sizes[2] <= t.numel() < sizes[3]:
+        return COMPOSITION_BY_SIZE
     return DIFFERENTIABLE_FUSED if getattr(fn, "differentiable", False) else None
 
 
 def record_composition(op: str, reason: str) -> None:
-    """Count (and warn once about) a call that ran the torch composition, with the fallback
-    ``reason`` :func:`autograd_route` returned."""
-    _record(op, "composition", reason)
+    """Count a call that ran the torch composition, with the ``reason`` :func:`autograd_route`
+    returned; a fallback (any reason but :data:`COMPOSITION_BY_SIZE`) is also warned about once."""
+    _record(op, "composition", None if reason is COMPOSITION_BY_SIZE else reason)
 
 
 def _refused(op: str, device_type: str, dtype, exc: KernelUnsupported) -> str:
@@ -296,8 +323,10 @@ def run(op: str, device_type: str, args: tuple, composition: Callable, host: Cal
     hit = _plans.get((op, device_type, dtype))  # plan()'s hit, inline: a decode-sized call costs ~1 us in all
     if hit is None or hit[0] != registry_generation():
         hit = plan(op, device_type, dtype)
-    _, fn, why, comp_why = hit
+    _, fn, why, comp_why, sizes = hit
     if fn is not None:
+        if sizes is not None and not sizes[0] <= args[0].numel() < sizes[1]:
+            return _by_size(op, args, composition, fn)
         try:
             out = fn(*args)
         except KernelUnsupported as exc:
@@ -321,9 +350,21 @@ def run(op: str, device_type: str, args: tuple, composition: Callable, host: Cal
     return out
 
 
+def _by_size(op: str, args: tuple, composition: Callable, fn: Callable):
+    """A call the fused kernel's declared sizes leave to the torch composition (not a fallback)."""
+    try:
+        out = composition(*args)
+    except NotImplementedError:  # the device cannot run the composition: its kernel, at any size
+        out = fn(*args)
+        _record(op, "fused", None)
+        return out
+    _record(op, "composition", None)
+    return out
+
+
 def _run_forced(forced: str, op: str, device_type: str, args: tuple, composition: Callable, host: Callable):
     if forced == "fused":
-        fn, why = _fused(op, device_type)
+        fn, why, _ = _fused(op, device_type)
         if fn is None:
             raise KernelUnsupported(f"hal.ops.{op}: use_path('fused'): {why}")
         out = fn(*args)

@@ -5,6 +5,7 @@ from typing import Optional
 
 from hal._errors import HalError
 from hal.plugin.facts import fused_kernel_facts
+from hal.plugin.kernels import SizedKernel
 from hal.ops import _dispatch, host
 from hal.ops._boundary import native_entry
 
@@ -19,8 +20,8 @@ def report(backend: Optional[str] = None) -> dict:
     :param backend: a backend name (``"ascend"``, ``"cuda"``, ``"cpu"``, ...), reported as its
         plugin declares it whether or not it is usable here; default: the selected backend.
     :return: per op, the fused kernel the owning plugin declares (with the vendor
-        function and its source confidence when the built-in data file has them) and the
-        fallbacks after it; plus whether the C++ host kernels are built, whether calls are
+        function and its source confidence when the built-in data file has them, and the
+        sizes it is used at where the torch composition wins at others) and the fallbacks after it; plus whether the C++ host kernels are built, whether calls are
         entered in C (``native_entry``), and the counters of this process (:func:`hal.ops.stats`).
     """
     from hal.plugin.registry import get_registry
@@ -48,9 +49,13 @@ def report(backend: Optional[str] = None) -> dict:
     ops = []
     for op in PUBLIC_OPS:
         kernel = declared.get(op)
+        sized = kernel if isinstance(kernel, SizedKernel) else None
+        if sized is not None:
+            kernel = sized.kernel
         fact = facts.get(op, {})
         ops.append({"op": op, "fused_kernel": kernel if isinstance(kernel, str) else
                     (None if kernel is None else repr(kernel)),
+                    "sizes": None if sized is None else {**sized.describe(), "measured": sized.measured},
                     "vendor_function": fact.get("vendor_function"), "confidence": fact.get("confidence"),
                     "uncertain": fact.get("uncertain"),
                     "then": ["composition", "host"] if native else ["composition"]})

@@ -13,7 +13,7 @@ is what marks it (schema ``hal/data/backend.schema.json``)::
 A plugin that declares several backends (``cuda_compatible``) has one such folder per
 backend beneath its own (``backends/cuda_compatible/metax/``).  Nothing here lists the
 backends: the folders are found by walking the package.  Plugins take the ``kernel``
-column of the fused kernels only::
+column of the fused kernels (with its ``sizes``, where the kernel wins only at some sizes)::
 
     VendorPlugin(builtin_spec("ascend"), fused_kernels=builtin_fused_kernels("ascend"))
 """
@@ -24,6 +24,8 @@ from fnmatch import fnmatchcase
 from functools import lru_cache
 from importlib import resources
 from typing import Dict, List
+
+from hal.plugin.kernels import SizedKernel
 
 #: the package of the built-in plugins, whose folders hold the backends' facts
 PACKAGE = "hal_backends"
@@ -104,10 +106,20 @@ def fused_kernel_facts() -> dict:
                              if "fused_kernels_not_declared" in f}}
 
 
-def builtin_fused_kernels(backend: str) -> Dict[str, str]:
-    """``{hal op: "module:function"}`` declared for the built-in ``backend`` (empty if none)."""
+def builtin_fused_kernels(backend: str) -> Dict[str, object]:
+    """``{hal op: "module:function"}`` declared for the built-in ``backend`` (empty if none); an
+    entry with ``sizes`` (where the kernel beats the torch composition) becomes a
+    :class:`hal.plugin.kernels.SizedKernel`."""
     table = fused_kernel_facts()["backends"].get(backend, {})
-    return {op: entry["kernel"] for op, entry in table.items()}
+    return {op: _declared(entry) for op, entry in table.items()}
+
+
+def _declared(entry: dict):
+    sizes = entry.get("sizes")
+    if sizes is None:
+        return entry["kernel"]
+    return SizedKernel(entry["kernel"], forward=sizes.get("forward"), with_grad=sizes.get("with_grad"),
+                       measured=sizes.get("measured", ""))
 
 
 def builtin_stack_fact(backend: str, stack: str) -> dict:

@@ -1,5 +1,6 @@
 """How hal.ops picks a path per call, counts fallbacks and warns once; plugin kernel tables."""
 import json
+import os
 import subprocess
 import sys
 import warnings
@@ -12,6 +13,7 @@ import hal.ops
 from hal.plugin.facts import builtin_fused_kernels, fused_kernel_facts
 from hal.ops import host
 from hal.ops._dispatch import resolve
+from hal.plugin.kernels import SizedKernel
 
 needs_native = pytest.mark.skipif(not host.available(), reason="hal._C (C++ host kernels) is not built here")
 
@@ -212,3 +214,87 @@ def test_a_dtype_refusal_is_remembered_per_dtype_and_a_call_refusal_is_not(cpu_k
         for _ in range(2):
             hal.ops.swiglu(torch.ones(2, 2, 4))
     assert asked == [3, 3]  # a refusal that depends on the call is asked again
+
+
+# -- kernels declared with the sizes they win at (hal.plugin.kernels.SizedKernel) ------------
+def _counting_gelu(calls):
+    def kernel(x, approximate):
+        calls.append(x.numel())
+        return torch.nn.functional.gelu(x, approximate=approximate)
+    return kernel
+
+
+def test_a_sized_kernel_runs_inside_its_range_and_the_composition_outside_without_warning(cpu_kernels):
+    calls = []
+    cpu_kernels({"gelu": SizedKernel(_counting_gelu(calls), forward={"float32": (100, 1000)},
+                                     with_grad={"float32": (100, 1000)}, measured="test")})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the composition chosen by size is not a fallback
+        for n in (10, 100, 999, 1000, 5000):
+            hal.ops.gelu(torch.randn(n))
+    assert calls == [100, 999]
+    assert hal.ops.stats()["gelu"] == {"fused": 2, "composition": 3, "host": 0, "fallbacks": 0, "last_fallback": None}
+    x = torch.randn(8, dtype=torch.float64)  # a dtype the rule does not name: every size
+    hal.ops.gelu(x)
+    assert calls[-1] == 8
+
+
+def test_a_call_with_a_gradient_outside_the_range_is_the_torch_composition_under_torch_autograd(cpu_kernels):
+    calls = []
+    cpu_kernels({"gelu": SizedKernel(_counting_gelu(calls), forward={"float32": (0, None)},
+                                     with_grad={"float32": (1000, None)}, measured="test")})
+    small = torch.randn(64, requires_grad=True)
+    y = hal.ops.gelu(small)
+    assert calls == [] and type(y.grad_fn).__name__ == "GeluBackward0"
+    y.sum().backward()
+    ref = small.detach().clone().requires_grad_()
+    torch.nn.functional.gelu(ref).sum().backward()
+    assert torch.equal(small.grad, ref.grad)  # bitwise what the model computes without hal
+    big = torch.randn(4096, requires_grad=True)
+    y = hal.ops.gelu(big)
+    assert calls == [4096] and "gelu" in type(y.grad_fn).__name__ and type(y.grad_fn).__name__ != "GeluBackward0"
+    with torch.no_grad():
+        hal.ops.gelu(small)
+    assert calls == [4096, 64]  # without a gradient the forward rule holds: every size
+    s = hal.ops.stats()["gelu"]
+    assert (s["composition"], s["fallbacks"]) == (1, 0)
+
+
+def test_never_keeps_a_dtype_on_the_composition_and_use_path_still_forces_the_kernel(cpu_kernels):
+    calls = []
+    cpu_kernels({"gelu": SizedKernel(_counting_gelu(calls), forward={"float16": "never"})})
+    x = torch.randn(4096).half()
+    assert torch.equal(hal.ops.gelu(x), torch.nn.functional.gelu(x))
+    assert calls == []
+    hal.ops.gelu(x.float())
+    assert calls == [4096]
+    with hal.ops.use_path("fused"):
+        hal.ops.gelu(x)
+    assert calls == [4096, 4096]
+
+
+@pytest.mark.parametrize("rules, message", [
+    ({"float8": (0, None)}, "names dtype 'float8'"),
+    ({"float32": (10, 5)}, "needs 0 <= low <= high"),
+    ({"float32": "sometimes"}, "give \\(low, high\\) element counts"),
+])
+def test_a_bad_size_rule_is_refused_with_what_to_write(rules, message):
+    with pytest.raises(ValueError, match=message):
+        SizedKernel("m:f", forward=rules)
+
+
+@needs_native
+def test_the_cpu_declares_where_its_kernels_win_and_hal_ops_reports_it(fresh):
+    declared = builtin_fused_kernels("cpu")
+    assert isinstance(declared["gelu"], SizedKernel) and declared["gelu"].measured
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        tiny = torch.randn(1, 64)
+        assert torch.equal(hal.ops.gelu(tiny), torch.nn.functional.gelu(tiny))  # ATen's kernel at a decode size
+        hal.ops.gelu(torch.randn(16, 4096))
+    assert hal.ops.stats()["gelu"]["composition"] == 1 and hal.ops.stats()["gelu"]["fused"] == 1
+    out = subprocess.run([sys.executable, "-m", "hal", "ops", "--json"], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "HAL_BACKEND": "cpu"})
+    ops = {o["op"]: o for o in json.loads(out.stdout)["ops"]}
+    assert ops["gelu"]["fused_kernel"] == "hal.ops.host:gelu"
+    assert ops["gelu"]["sizes"]["forward"]["float32"] == "numel >= 4096" and ops["rms_norm"]["sizes"] is None
