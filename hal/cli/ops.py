@@ -59,5 +59,7 @@ def run(args) -> int:
                 rules = o["sizes"].get(name)
                 if rules:
                     print(f"  {o['op']:<16} {name:<9} " + "; ".join(f"{dt}: {r}" for dt, r in rules.items()))
+            if o["sizes"].get("when_unset"):
+                print(f"  {o['op']:<16} {'':<9} the rule is for calls without " + " or ".join(o["sizes"]["when_unset"]))
         print(f"  measured: {sized[0]['sizes']['measured']}")
     return 0

@@ -123,7 +123,7 @@ class Op:
     def grad_call(self, *args):
         """An eager call in which some tensor requires grad (the eager route's autograd part)."""
         if self.function is not None and _grad_enabled():
-            route = autograd_route(self.name, args[0]) if self.composition is not None else None
+            route = autograd_route(self.name, args) if self.composition is not None else None
             if route == DIFFERENTIABLE_FUSED:  # the fused kernel is torch ops: torch's autograd
                 return self.impl(*args)
             if route is not None:  # no fused kernel here: the torch composition, under autograd

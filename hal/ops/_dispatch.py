@@ -230,9 +230,9 @@ def plan(op: str, device_type: str, dtype) -> tuple:
     ``op`` on (device type, dtype).
 
     ``sizes`` is None where the kernel runs at every size, else ``(low, high, grad_low,
-    grad_high)``: the element counts for which it runs alone / in an eager call that needs a
-    gradient (a :class:`hal.plugin.kernels.SizedKernel` declaration); outside them the torch
-    composition runs.  Decided once and cached; a new registry (``hal.reset_registry()``, a
+    grad_high, declaration)``: the element counts for which it runs alone / in an eager call
+    that needs a gradient (a :class:`hal.plugin.kernels.SizedKernel`, whose ``applies(args)``
+    says whether a call is one the rule speaks of); outside them the torch composition runs.  Decided once and cached; a new registry (``hal.reset_registry()``, a
     plugin's kernel table changed, ``HAL_*`` settings re-read) starts a new generation and every
     plan is decided again.
     """
@@ -256,7 +256,7 @@ def _plan(gen, fn, why, sizes=None) -> tuple:
 
 
 def _sizes(sized: Optional[SizedKernel], dtype) -> Optional[tuple]:
-    """The plan's ``(low, high, grad_low, grad_high)`` for ``dtype``, None when that is every size."""
+    """The plan's ``(low, high, grad_low, grad_high, sized)`` for ``dtype``, None when that is every size."""
     if sized is None or dtype is None:
         return None
     name = str(dtype).rpartition(".")[2]
@@ -264,7 +264,7 @@ def _sizes(sized: Optional[SizedKernel], dtype) -> Optional[tuple]:
     grad_low, grad_high = sized.range_for(name, grad=True)
     if low == grad_low == 0 and high == grad_high == float("inf"):
         return None
-    return low, high, grad_low, grad_high
+    return low, high, grad_low, grad_high, sized
 
 
 def _ran_composition(why: str) -> str:
@@ -277,23 +277,24 @@ DIFFERENTIABLE_FUSED = "differentiable fused kernel"
 COMPOSITION_BY_SIZE = "the torch composition is faster at this size"
 
 
-def autograd_route(op: str, t) -> Optional[str]:
-    """How an eager call of ``op`` that needs a gradient can run under torch's own autograd.
+def autograd_route(op: str, args: tuple) -> Optional[str]:
+    """How an eager call of ``op`` with ``args`` that needs a gradient can run under torch's own autograd.
 
     :return: :data:`DIFFERENTIABLE_FUSED` when the fused kernel for ``t``'s device type and
-        dtype is itself differentiable torch ops (its function has ``differentiable = True``,
-        e.g. ``F.layer_norm``); :data:`COMPOSITION_BY_SIZE` where the kernel's declared sizes
-        leave out ``t``'s (the composition runs under autograd, not a fallback); the fallback
+        dtype (of ``args[0]``, ``t``) is itself differentiable torch ops (its function has
+        ``differentiable = True``, e.g. ``F.layer_norm``); :data:`COMPOSITION_BY_SIZE` where the
+        kernel's declared sizes leave out ``t``'s (the composition runs under autograd, not a fallback); the fallback
         reason to record when there is no fused kernel (the composition then runs under
         autograd); None otherwise, or when a path is forced (hal's own backward formula).
         Pass a composition answer to :func:`record_composition`.
     """
     if _forced.path is not None:
         return None
+    t = args[0]
     _, fn, why, comp_why, sizes = plan(op, device_type(t), t.dtype)
     if fn is None:
         return comp_why
-    if sizes is not None and not sizes[2] <= t.numel() < sizes[3]:
+    if sizes is not None and not sizes[2] <= t.numel() < sizes[3] and sizes[4].applies(args):
         return COMPOSITION_BY_SIZE
     return DIFFERENTIABLE_FUSED if getattr(fn, "differentiable", False) else None
 
@@ -325,7 +326,7 @@ def run(op: str, device_type: str, args: tuple, composition: Callable, host: Cal
         hit = plan(op, device_type, dtype)
     _, fn, why, comp_why, sizes = hit
     if fn is not None:
-        if sizes is not None and not sizes[0] <= args[0].numel() < sizes[1]:
+        if sizes is not None and not sizes[0] <= args[0].numel() < sizes[1] and sizes[4].applies(args):
             return _by_size(op, args, composition, fn)
         try:
             out = fn(*args)

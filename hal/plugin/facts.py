@@ -119,7 +119,7 @@ def _declared(entry: dict):
     if sizes is None:
         return entry["kernel"]
     return SizedKernel(entry["kernel"], forward=sizes.get("forward"), with_grad=sizes.get("with_grad"),
-                       measured=sizes.get("measured", ""))
+                       measured=sizes.get("measured", ""), when_unset=sizes.get("when_unset"))
 
 
 def builtin_stack_fact(backend: str, stack: str) -> dict:

@@ -15,7 +15,10 @@ in ``hal.ops.stats()``, with no fallback warning: it is the device's best path t
 
 ``forward`` rules the call alone; ``with_grad`` an eager call that needs a gradient, where the
 fused kernel also brings hal's ``autograd.Function`` (~15-30 us a call on a CPU) against torch's
-own C++ autograd of the composition.  A dtype not named: every size.  This module imports
+own C++ autograd of the composition.  A dtype not named: every size.  ``when_unset`` names the
+optional arguments (by position in the op's call) that must be unset (None or False) for the
+rule to hold: a softmax measured without a mask says nothing of a masked one, whose
+composition costs several ops more, so a call with a mask runs the kernel at every size.  This module imports
 nothing heavy: a plugin's table is built before torch is imported.
 """
 from __future__ import annotations
@@ -39,17 +42,33 @@ class SizedKernel:
         ``numel()`` is in ``[low, high)`` (``high`` None: no limit).
     :param with_grad: the same, for eager calls that need a gradient (default: ``forward``'s).
     :param measured: where the ranges come from (a benchmark and its date), for reports.
-    :raises ValueError: on a dtype hal.ops does not take or a range that is not ``low <= high``.
+    :param when_unset: ``{argument name: position in the op's arguments}``: the rule holds only
+        for calls in which each is None or False.
+    :raises ValueError: on a dtype hal.ops does not take, a range that is not ``low <= high``, or
+        a position that is not a positive integer.
     """
 
-    __slots__ = ("kernel", "forward", "with_grad", "measured")
+    __slots__ = ("kernel", "forward", "with_grad", "measured", "when_unset")
 
     def __init__(self, kernel: Union[str, Callable], forward: Optional[Mapping[str, RuleValue]] = None,
-                 with_grad: Optional[Mapping[str, RuleValue]] = None, measured: str = ""):
+                 with_grad: Optional[Mapping[str, RuleValue]] = None, measured: str = "",
+                 when_unset: Optional[Mapping[str, int]] = None):
         self.kernel = kernel
         self.forward = _ranges(kernel, "forward", forward or {})
         self.with_grad = _ranges(kernel, "with_grad", with_grad) if with_grad is not None else dict(self.forward)
         self.measured = measured
+        self.when_unset = dict(when_unset or {})
+        for name, pos in self.when_unset.items():
+            if not isinstance(pos, int) or isinstance(pos, bool) or pos < 1:
+                raise ValueError(f"SizedKernel({kernel!r}): when_unset[{name!r}] is {pos!r}; give the argument's "
+                                 "position in the op's call (1 for the first after the input)")
+
+    def applies(self, args: tuple) -> bool:
+        """Whether the size rule holds for a call with ``args`` (every ``when_unset`` argument unset)."""
+        for pos in self.when_unset.values():
+            if pos < len(args) and args[pos] is not None and args[pos] is not False:
+                return False
+        return True
 
     def range_for(self, dtype_name: str, grad: bool = False) -> Range:
         """``[low, high)`` of element counts for which the kernel runs; ``(0, inf)`` for every size."""
@@ -57,12 +76,15 @@ class SizedKernel:
 
     def describe(self) -> Dict[str, Dict[str, str]]:
         """The ranges as text per pass and dtype (``"numel >= 4096"``, ``"never"``), for reports."""
-        return {name: {dt: _text(r) for dt, r in rules.items()}
-                for name, rules in (("forward", self.forward), ("with_grad", self.with_grad)) if rules}
+        out = {name: {dt: _text(r) for dt, r in rules.items()}
+               for name, rules in (("forward", self.forward), ("with_grad", self.with_grad)) if rules}
+        if self.when_unset:
+            out["when_unset"] = {name: "unset" for name in self.when_unset}
+        return out
 
     def __eq__(self, other) -> bool:
-        return isinstance(other, SizedKernel) and (self.kernel, self.forward, self.with_grad) == (
-            other.kernel, other.forward, other.with_grad)
+        return isinstance(other, SizedKernel) and (self.kernel, self.forward, self.with_grad, self.when_unset) == (
+            other.kernel, other.forward, other.with_grad, other.when_unset)
 
     def __hash__(self) -> int:
         return hash((self.kernel, tuple(sorted(self.forward.items())), tuple(sorted(self.with_grad.items()))))

@@ -298,3 +298,20 @@ def test_the_cpu_declares_where_its_kernels_win_and_hal_ops_reports_it(fresh):
     ops = {o["op"]: o for o in json.loads(out.stdout)["ops"]}
     assert ops["gelu"]["fused_kernel"] == "hal.ops.host:gelu"
     assert ops["gelu"]["sizes"]["forward"]["float32"] == "numel >= 4096" and ops["rms_norm"]["sizes"] is None
+
+
+def test_a_rule_measured_without_a_mask_leaves_masked_calls_on_the_kernel(cpu_kernels):
+    calls = []
+
+    def kernel(x, mask, causal, scale):
+        calls.append((mask is not None, causal))
+        return torch.softmax(x * scale, -1)
+
+    cpu_kernels({"softmax": SizedKernel(kernel, forward={"float32": "never"}, when_unset={"mask": 1, "causal": 2})})
+    x = torch.randn(2, 4, 4)
+    hal.ops.softmax(x)
+    hal.ops.softmax(x, causal=True)
+    hal.ops.softmax(x, mask=torch.ones(4, 4, dtype=torch.bool))
+    assert calls == [(False, True), (True, False)]
+    with pytest.raises(ValueError, match="when_unset\\['mask'\\] is 0"):
+        SizedKernel(kernel, when_unset={"mask": 0})
