@@ -10,14 +10,15 @@ whole of a decode-sized kernel.  So :class:`Op` decides per call:
   dynamo tracing, no torch dispatch mode and no functorch transform active: the
   implementation is called directly (the same function the custom op runs), or through
   an ``autograd.Function`` built from the op's own autograd formula when a gradient is
-  needed — unless the device has no fused kernel for the op (the torch composition runs
-  under autograd) or its fused kernel is itself differentiable torch ops (``F.layer_norm``
-  on the CPU): the backward is then torch's, as without hal;
+  needed — unless the device has no fused kernel for the op, or its declared sizes leave
+  this call to the composition (``hal.plugin.kernels.SizedKernel``): the torch composition
+  runs under autograd; or its fused kernel is itself differentiable torch ops
+  (``F.layer_norm`` on the CPU): the backward is then torch's, as without hal;
 * **otherwise** (``torch.compile``, ``torch.export``, ``torch.jit.trace`` and the ONNX
   exporters, FakeTensor, DTensor, dispatch modes, functorch transforms) — the custom op.
 
-Where a fused kernel runs, both routes run the same implementation and backward formula, so
-results are bitwise the same; bench/bench_op_boundary.py measures what each route costs.
+Where a fused kernel runs on both, both routes run the same implementation and backward formula,
+so results are bitwise the same; bench/bench_op_boundary.py measures what each route costs.
 
 The decision itself is made in C where ``hal._C`` has ``OpEntry`` (csrc/op_entry.cpp; Python >=
 3.11): a Python ``__call__`` with its argument walk costs 0.8-1.8 us a call (the C one 0.4-0.7 us),

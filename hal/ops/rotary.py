@@ -52,28 +52,33 @@ def rotary_embedding(x: Tensor, cos: Tensor, sin: Tensor, interleaved: bool = Fa
         q = hal.ops.rotary_embedding(q, ang.cos(), ang.sin())
     """
     op = "rotary_embedding"
-    for name, t in (("x", x), ("cos", cos), ("sin", sin)):
-        _checks.tensor(op, name, t)
-        _checks.floating(op, name, t)
-    if x.dim() < 2:
-        raise ValueError(f"hal.ops.{op}: x has shape {tuple(x.shape)}; it needs a sequence dim and a feature dim")
-    sd = seq_dim % x.dim() if -x.dim() <= seq_dim < x.dim() else None
-    if sd is None or sd == x.dim() - 1:
-        raise ValueError(f"hal.ops.{op}: seq_dim={seq_dim} is not a sequence dim of x {tuple(x.shape)} "
+    _checks.floating_tensor(op, "x", x)
+    _checks.floating_tensor(op, "cos", cos)
+    _checks.floating_tensor(op, "sin", sin)
+    shape = x.shape
+    ndim = len(shape)
+    if ndim < 2:
+        raise ValueError(f"hal.ops.{op}: x has shape {tuple(shape)}; it needs a sequence dim and a feature dim")
+    sd = seq_dim % ndim if -ndim <= seq_dim < ndim else None
+    if sd is None or sd == ndim - 1:
+        raise ValueError(f"hal.ops.{op}: seq_dim={seq_dim} is not a sequence dim of x {tuple(shape)} "
                          "(it must name a dim other than the last)")
-    if cos.dim() != 2 or cos.shape != sin.shape:
-        raise ValueError(f"hal.ops.{op}: cos {tuple(cos.shape)} and sin {tuple(sin.shape)} must both be "
+    table = cos.shape
+    if len(table) != 2 or table != sin.shape:
+        raise ValueError(f"hal.ops.{op}: cos {tuple(table)} and sin {tuple(sin.shape)} must both be "
                          "(positions, rotary_dim / 2)")
-    seq, d = x.shape[sd], x.shape[-1]
-    if cos.shape[0] < seq:
-        raise ValueError(f"hal.ops.{op}: cos/sin hold {cos.shape[0]} positions but x has {seq} along "
+    seq, d = shape[sd], shape[-1]
+    if table[0] < seq:
+        raise ValueError(f"hal.ops.{op}: cos/sin hold {table[0]} positions but x has {seq} along "
                          f"seq_dim={seq_dim}; build the tables for at least {seq} positions")
-    if 2 * cos.shape[1] > d:
-        raise ValueError(f"hal.ops.{op}: cos/sin cover {2 * cos.shape[1]} rotary dims but x's head dim is {d}; "
+    if 2 * table[1] > d:
+        raise ValueError(f"hal.ops.{op}: cos/sin cover {2 * table[1]} rotary dims but x's head dim is {d}; "
                          "pass tables of width rotary_dim / 2 (Hugging Face tables: cos[..., :head_dim // 2])")
-    _checks.same_device(op, x, cos=cos, sin=sin)
-    _checks.no_grad_needed(op, "cos", cos)
-    _checks.no_grad_needed(op, "sin", sin)
+    if not (x.is_cpu and cos.is_cpu and sin.is_cpu):
+        _checks.same_device(op, x, cos=cos, sin=sin)
+    if cos.requires_grad or sin.requires_grad:
+        _checks.no_grad_needed(op, "cos", cos)
+        _checks.no_grad_needed(op, "sin", sin)
     return ROTARY_EMBEDDING(x, _rows(cos, seq), _rows(sin, seq), bool(interleaved), sd)
 
 

@@ -121,4 +121,4 @@ def _text(r: Range) -> str:
         return "never"
     if high == float("inf"):
         return f"numel >= {low}" if low else "every size"
-    return f"{low} <= numel < {high}"
+    return f"{low} <= numel < {high}" if low else f"numel < {high}"
