@@ -240,10 +240,11 @@ def layer_norm_backward(grad: torch.Tensor, grad_residual_out: Optional[torch.Te
 
 
 # -- rotary ----------------------------------------------------------------------------
-def _angles(t: torch.Tensor, seq: int) -> torch.Tensor:
-    """A cos/sin table whose first ``seq`` rows are those of ``t``, as a contiguous float32 CPU tensor:
-    ``t`` itself when it is one already (the kernel reads rows < seq only), else a copy of ``t[:seq]``."""
-    if t.is_cpu and t.dtype == torch.float32 and t.dim() == 2 and t.is_contiguous():
+def _angles(t: torch.Tensor, seq: int, dtype) -> torch.Tensor:
+    """A cos/sin table whose first ``seq`` rows are those of ``t``, as a contiguous CPU tensor of float32
+    or ``dtype`` (x's): ``t`` itself when it is one already (the kernel reads rows < seq only, and reads a
+    bfloat16 or float16 table as float32 itself), else a float32 copy of ``t[:seq]``."""
+    if t.is_cpu and (t.dtype is torch.float32 or t.dtype is dtype) and t.dim() == 2 and t.is_contiguous():
         return t
     return _host(t[:seq], torch.float32)
 
@@ -258,7 +259,9 @@ def rotary_embedding(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, inte
     seq = x.shape[seq_dim]
     pos_div = math.prod(x.shape[seq_dim + 1:-1])
     xh = _host(x)
-    c, s = _angles(cos, seq), _angles(sin, seq)
+    c, s = _angles(cos, seq, x.dtype), _angles(sin, seq, x.dtype)
+    if c.dtype is not s.dtype:
+        c, s = _host(c, torch.float32), _host(s, torch.float32)
     ok = c.dim() == 2 and c.shape[0] >= seq
     _want(ok, "rotary_embedding", "cos", cos, f"({seq}, rotary_dim / 2)")
     _want(s.dim() == 2 and s.shape[0] >= seq and s.shape[1] == c.shape[1], "rotary_embedding", "sin", sin,
@@ -267,7 +270,7 @@ def rotary_embedding(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, inte
     if x.numel():
         d = x.shape[-1]
         C.rotary_fwd_raw(xh.data_ptr(), c.data_ptr(), s.data_ptr(), y.data_ptr(), x.numel() // d, d, c.shape[1],
-                         max(pos_div, 1), seq, bool(interleaved), 1, code)
+                         max(pos_div, 1), seq, bool(interleaved), 1, code, _CODE[c.dtype])
     return _back(y, x)
 
 

@@ -77,3 +77,16 @@ def test_rotary_refuses_bad_tables(hal_backend):
     with pytest.raises(ValueError, match="cos requires grad"):
         c, s = tables(4, 4, dev)
         hal.ops.rotary_embedding(x, c.requires_grad_(), s)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_rotary_tables_in_the_model_dtype_give_the_bytes_of_float32_tables(hal_backend, dtype):
+    # models keep cos/sin in their own dtype; the host kernel reads such tables as float32 (no copy per call)
+    dev = hal_backend.device()
+    x = randn(2, 5, 3, 16, dtype=dtype, device=dev)
+    cos, sin = (t.to(dtype) for t in tables(5, 8, dev))
+    for path in PATHS:
+        with on_path(path):
+            y = hal.ops.rotary_embedding(x, cos, sin)
+            y32 = hal.ops.rotary_embedding(x, cos.float(), sin.float())
+        assert torch.equal(y, y32), path

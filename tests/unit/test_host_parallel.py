@@ -212,7 +212,7 @@ def test_raw_entries_give_the_bytes_of_the_numpy_entries(C, dtype):
          lambda dx, dw, db: C.layer_norm_bwd_raw(p(g), p(r), p(x), p(w), dx, dw, db, 40, 64, code, 1e-5),
          x, f32, f32)
     both(lambda y: C.rotary_fwd(_np(x), cos.numpy(), sin.numpy(), y, 1, 40, True, -1),
-         lambda y: C.rotary_fwd_raw(p(x), p(cos), p(sin), y, 40, 64, 24, 1, 40, True, -1, code), x)
+         lambda y: C.rotary_fwd_raw(p(x), p(cos), p(sin), y, 40, 64, 24, 1, 40, True, -1, code, 0), x)
     half = x[:, :32].contiguous()
     both(lambda y: C.swiglu_fwd(_np(x), y), lambda y: C.swiglu_fwd_raw(p(x), y, 40, 32, code), half)
     both(lambda dx: C.swiglu_bwd(_np(half), _np(x), dx), lambda dx: C.swiglu_bwd_raw(p(half), p(x), dx, 40, 32, code),
