@@ -75,6 +75,12 @@ def _code(op: str, t: torch.Tensor) -> int:
 
 
 
+#: float16 calls on fewer elements run the float16 kernel itself: measured 2026-12-06 on this project's
+#: 2-core x86-64 machine, the copies of the float32 route cost more than the scalar float16 loop below
+#: 1024-4096 elements for every kernel (swiglu and rms_norm cross first), and the results are the same bytes
+HALF_DIRECT_BELOW = 2048
+
+
 def _half_in_float(fn):
     """float16 calls whose floating tensors are all float16 run the float32 kernel on upcast
     copies and round the outputs to float16 once.
@@ -83,12 +89,13 @@ def _half_in_float(fn):
     those of the float16 kernel; but GCC leaves the float16 kernels' fused loops scalar
     (its cost model refuses to vectorise a conversion with the exp polynomial), which made
     float16 5-20x slower than bfloat16 (bench/bench_ops_sizes.py), while torch's own
-    conversions are vectorised.  A call mixing float16 with float32 tensors takes the
-    float16 kernel as before.
+    conversions are vectorised.  Below :data:`HALF_DIRECT_BELOW` elements the copies cost more
+    than the scalar loop (4-11 us a call at (1, 64)), and the float16 kernel runs directly.  A call
+    mixing float16 with float32 tensors takes the float16 kernel as before.
     """
     @functools.wraps(fn)
     def call(*args, **kwargs):
-        if args[0].dtype is not torch.float16:
+        if args[0].dtype is not torch.float16 or args[0].numel() < HALF_DIRECT_BELOW:
             return fn(*args, **kwargs)
         for a in (*args, *kwargs.values()):
             if isinstance(a, torch.Tensor) and a.is_floating_point() and a.dtype is not torch.float16:

@@ -265,3 +265,25 @@ def test_a_cpu_input_in_the_kernels_dtype_is_used_in_place():
     assert torch.equal(host.gelu(noncontig), host.gelu(noncontig.contiguous()))
     w = torch.ones(64, requires_grad=True)
     assert torch.equal(host.rms_norm(x, w, 1e-6), ref)
+
+
+@pytest.mark.parametrize("numel", [64, host.HALF_DIRECT_BELOW * 4], ids=["float16 kernel", "float32 route"])
+def test_float16_calls_give_the_bytes_of_the_float32_kernel_on_upcast_copies(numel):
+    # small float16 calls run the float16 kernel itself (the copies cost more), larger ones the float32
+    # kernel on float32 copies; the bytes are those of the float32 kernel rounded once, either way
+    x, g = rnd(1, numel, dtype=torch.float16), rnd(1, numel, dtype=torch.float16, seed=1)
+    w = rnd(numel, dtype=torch.float16, seed=2)
+    half = torch.softmax(x.float(), -1).half()
+    ang = torch.outer(torch.arange(1.0), torch.rand(32))
+    cos, sin = ang.cos().half(), ang.sin().half()
+    calls = {"rms_norm": (host.rms_norm, (x, w, 1e-6)), "swiglu": (host.swiglu, (x,)),
+             "gelu": (host.gelu, (x, "tanh")), "gelu_backward": (host.gelu_backward, (g, x, "tanh")),
+             "softmax": (host.softmax, (x, None, True, 0.5)), "softmax_backward": (host.softmax_backward, (g, half, 0.5)),
+             "rotary_embedding": (host.rotary_embedding, (x.view(1, 1, -1, 64), cos, sin, False, 1))}
+    for name, (fn, args) in calls.items():
+        got = fn(*args)
+        up = [a.float() if isinstance(a, torch.Tensor) else a for a in args]
+        want = fn(*up)
+        want = tuple(o.half() for o in want) if isinstance(want, tuple) else want.half()
+        for a, b in zip(got if isinstance(got, tuple) else (got,), want if isinstance(want, tuple) else (want,)):
+            assert a.dtype == torch.float16 and torch.equal(a, b), name
