@@ -10,7 +10,7 @@ import platform
 
 import torch
 
-from hal._errors import NotSupported
+from hal.errors import NotSupported
 from hal.plugin.backend import Backend, DeviceProperties, host_memory_bytes
 
 

@@ -4,7 +4,7 @@ Every message names the thing, the reason and the fix, on one line.
 """
 from __future__ import annotations
 
-from hal._errors import TorchProfileError
+from hal.errors import TorchProfileError
 
 
 class ScanError(Exception):

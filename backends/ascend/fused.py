@@ -4,7 +4,7 @@ Argument conventions from Ascend/op-plugin op_plugin_functions.yaml and the torc
 API docs (see backend.json beside this file for sources)."""
 import torch
 
-from hal.ops._dispatch import KernelUnsupported
+from hal.ops import KernelUnsupported
 from hal_backends.fused import vendor_attr
 
 

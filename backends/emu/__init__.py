@@ -5,7 +5,7 @@ load that registers the device with PyTorch (and its collective, as a vendor mod
 registers its CCL on import), the collective named by ``hal_c10d_backend`` as an
 out-of-tree c10d backend, and the device's torch op profile from ``hal_torch_op_profile``.
 """
-from hal._errors import NoDevice
+from hal.errors import NoDevice
 from hal.plugin import hookimpl
 from hal.plugin.kit import VendorPlugin
 from hal.plugin.spec import ProbeResult, Status, builtin_spec

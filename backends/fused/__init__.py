@@ -9,7 +9,7 @@ adapter is data: ``fused_kernels`` in the backend's ``backend.json``.
 """
 import importlib
 
-from hal.ops._dispatch import KernelUnsupported
+from hal.ops import KernelUnsupported
 
 
 def vendor(module: str):

@@ -3,7 +3,7 @@ flash-attn's where installed.  Used by cuda, the CUDA-compatible stacks, musa an
 import torch
 import torch.nn.functional as F
 
-from hal.ops._dispatch import KernelUnsupported
+from hal.ops import KernelUnsupported
 from hal.ops.compositions import as_dtype
 from hal_backends.fused import vendor_attr
 

@@ -1,7 +1,7 @@
 """Tecorigin (tecoops) fused kernels, adapted to hal.ops conventions."""
 import torch
 
-from hal.ops._dispatch import KernelUnsupported
+from hal.ops import KernelUnsupported
 from hal_backends.fused import vendor_attr
 
 

@@ -41,9 +41,11 @@ from typing import Optional
 from hal.checkpoint import _dist
 from hal.checkpoint._checkpointer import Checkpointer, check_keep
 from hal.checkpoint._errors import CheckpointError, CheckpointWarning
-from hal.checkpoint._export import consolidate, describe
+from hal.checkpoint._events import EVENTS
+from hal.checkpoint._events import read as read_events
+from hal.checkpoint._export import consolidate, describe, safetensors_header, step_folder
 from hal.checkpoint._files import CRASH_ENV, CRASH_POINTS
-from hal.checkpoint._layout import CheckpointInfo, scan
+from hal.checkpoint._layout import CheckpointInfo, read_latest, scan
 from hal.checkpoint._load import Checkpoint, latest, load, resume
 from hal.checkpoint._sampler import ElasticSampler
 from hal.checkpoint._save import MODES, CheckpointWriteError, is_complete, persist, snapshot
@@ -54,7 +56,7 @@ _elastic.install()  # restarted torchrun groups must not read the dead attempt's
 
 __all__ = ["save", "load", "resume", "latest", "scan", "describe", "consolidate", "Checkpointer", "Checkpoint",
            "CheckpointInfo", "ElasticSampler", "CheckpointError", "CheckpointWarning", "CheckpointWriteError",
-           "is_complete", "MODES",
+           "is_complete", "MODES", "EVENTS", "read_events", "read_latest", "safetensors_header", "step_folder",
            "CRASH_ENV", "CRASH_POINTS"]
 
 

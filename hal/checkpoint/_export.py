@@ -46,7 +46,9 @@ def _verified(folder: Path, verify: bool) -> dict:
     return info.manifest
 
 
-def _safetensors_header(path: Path) -> dict:
+def safetensors_header(path: Path) -> dict:
+    """The JSON header of a safetensors file (tensor name -> dtype, shape, offsets; ``__metadata__``),
+    read without loading a tensor."""
     with open(path, "rb") as f:
         (n,) = struct.unpack("<Q", f.read(8))
         return json.loads(f.read(n))
@@ -74,7 +76,7 @@ def describe(path, step: Optional[int] = None, verify: bool = False) -> dict:
         model, opt_n, opt_bytes = {}, 0, 0
         st = folder / f"{rank_stem(0)}.safetensors"
         if f"{rank_stem(0)}.safetensors" in manifest.get("files", {}):
-            for name, h in _safetensors_header(st).items():
+            for name, h in safetensors_header(st).items():
                 if name == "__metadata__":
                     continue
                 if name.startswith(_MODEL_PREFIX):

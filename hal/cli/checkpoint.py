@@ -100,7 +100,7 @@ def add_parser(sub):
 
 def collect(dir, verify: bool = False) -> dict:
     """What ``hal checkpoint ls --json`` prints."""
-    from hal.checkpoint._layout import read_latest, scan
+    from hal.checkpoint import read_latest, scan
     infos = scan(dir, verify=verify)
     chosen = next((i for i in infos if i.complete), None)
     rows = []
@@ -162,14 +162,14 @@ def _event_text(e: dict) -> str:
 def run_events(args) -> int:
     import datetime
 
-    from hal.checkpoint import _events
+    from hal.checkpoint import EVENTS, read_events
 
-    events = _events.read(args.dir)
+    events = read_events(args.dir)
     if args.json:
         print_json({"schema": "hal.checkpoint.events/1", "dir": str(args.dir), "events": events})
         return 0 if events else 1
     if not events:
-        print(f"{args.dir}: no {_events.EVENTS}; the Checkpointer writes it at its first resume()")
+        print(f"{args.dir}: no {EVENTS}; the Checkpointer writes it at its first resume()")
         return 1
     color = use_color()
     colors = {"failure": "red", "save_failed": "yellow", "resume": "cyan", "closed": "green"}
@@ -210,12 +210,11 @@ def run_info(args) -> int:
 
 def run_consolidate(args) -> int:
     from hal.checkpoint import consolidate
-    from hal.checkpoint._export import step_folder
+    from hal.checkpoint import safetensors_header, step_folder
 
     folder = step_folder(args.dir, args.step)
     out = consolidate(folder, args.output)
-    from hal.checkpoint._export import _safetensors_header
-    header = {k: v for k, v in _safetensors_header(out).items() if k != "__metadata__"}
+    header = {k: v for k, v in safetensors_header(out).items() if k != "__metadata__"}
     numel = 0
     for h in header.values():
         n = 1

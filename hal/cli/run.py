@@ -156,12 +156,12 @@ def _run_child(args) -> int:
     """A child process of a hal run script: the script runs under the redirection, silently; its end
     is recorded for the parent's report; a failure is printed (traceback and one line)."""
     logging.getLogger("hal.redirect").setLevel(logging.ERROR)
-    from hal.redirect import _children, run_script
+    from hal.redirect import record_child_exit, run_script
 
     try:
         report = run_script(args.script, args.args, module=args.module)
     except HalError:  # the redirection could not start (a wrong setting): hal's error, as hal run's
-        _children.record_exit(3, {"type": "HalError", "where": None}, None, 0.0, script=args.script, argv=args.args)
+        record_child_exit(3, {"type": "HalError", "where": None}, None, 0.0, script=args.script, argv=args.args)
         raise
     if report["status"] != "ok":
         err = report.get("error")

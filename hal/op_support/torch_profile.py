@@ -75,7 +75,7 @@ def version_key(v: str) -> tuple[int, int]:
     return int(m.group(1)), int(m.group(2))
 
 
-def _minor(v: str) -> str:
+def minor_version(v: str) -> str:
     a, b = version_key(v)
     return f"{a}.{b}"
 
@@ -246,7 +246,7 @@ class TorchProfile:
     @property
     def minor(self) -> str:
         """``"2.13"`` for torch 2.13.x."""
-        return _minor(self.torch_version)
+        return minor_version(self.torch_version)
 
     @property
     def native(self) -> frozenset:
@@ -512,6 +512,6 @@ def nearest_profile(profiles: dict[str, TorchProfile], vendor: str,
     lists = ", ".join(sorted({p.torch_version for p in cands}, key=version_key))
     warn = (f"torch version skew: the trace was recorded with torch {torch_version}, but {vendor_key} has op lists "
             f"for torch {lists} only; judged against {best.name} (torch {best.torch_version}), the nearest. Ops "
-            f"added, renamed or made composite between {_minor(torch_version)} and {best.minor} may be judged "
+            f"added, renamed or made composite between {minor_version(torch_version)} and {best.minor} may be judged "
             f"wrongly; record the trace with torch {best.minor} for an exact answer.")
     return best, warn

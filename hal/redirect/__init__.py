@@ -46,5 +46,7 @@ from hal.redirect._core import Redirection
 from hal.redirect._enable import enable
 from hal.redirect._compile import inductor_supports
 from hal.redirect._devices import native_wrappers
+from hal.redirect._children import record_exit as record_child_exit
 
-__all__ = ["Redirection", "RedirectLog", "enable", "inductor_supports", "native_wrappers", "run_script"]
+__all__ = ["Redirection", "RedirectLog", "enable", "inductor_supports", "native_wrappers", "record_child_exit",
+           "run_script"]

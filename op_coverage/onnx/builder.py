@@ -82,7 +82,7 @@ class Builder:
         out_dtype = attrs.get("to")
         for o in outs:
             if out_dtype is not None:
-                self.types[o] = _dtype_name(out_dtype)
+                self.types[o] = dtype_name(out_dtype)
         return outs[0] if len(outs) == 1 else outs
 
     def const(self, value, dtype: str | None = None, like: str | None = None) -> str:
@@ -102,7 +102,7 @@ class Builder:
         self.nodes.append(helper.make_node("Constant", [], [name], name=self.fresh(f"{self.prefix}/Constant"),
                                            value=t))
         self.consts[name] = np.asarray(value)
-        self.types[name] = dtype or _dtype_name(helper.np_dtype_to_tensor_dtype(arr.dtype))
+        self.types[name] = dtype or dtype_name(helper.np_dtype_to_tensor_dtype(arr.dtype))
         return name
 
     def ints(self, values) -> str:
@@ -121,7 +121,7 @@ def _np_dtype(name: str):
 
 
 
-def _dtype_name(elem: int) -> str:
+def dtype_name(elem: int) -> str:
     return helper.tensor_dtype_to_string(elem).removeprefix("TensorProto.").lower()
 
 

@@ -107,7 +107,7 @@ def tensor_bytes(t: onnx.TensorProto) -> int:
     return _tensor_nbytes(t)
 
 
-def _iter_tensors(model: onnx.ModelProto):
+def iter_tensors(model: onnx.ModelProto):
     """Every tensor of *model*: initializers, sparse initializers and attribute tensors, at any depth.
 
     A recursion of its own rather than :func:`op_coverage.onnx.walk.graphs`: the order is the
@@ -227,7 +227,7 @@ def load_for_scan(path: str | os.PathLike) -> LoadedModel:
     check_opsets(model)
     loaded = LoadedModel(path=p, model=model, file_bytes=size, embedded_weight_bytes=stats.elided_bytes)
     files: dict[str, ExternalFile] = {}
-    for t in _iter_tensors(model):
+    for t in iter_tensors(model):
         if t.data_location != onnx.TensorProto.EXTERNAL:
             continue
         info = {e.key: e.value for e in t.external_data}

@@ -33,7 +33,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from op_coverage.onnx.walk import graphs, subgraphs
-from op_coverage.plan.rules._base import _dtype_name, dtype_enum
+from op_coverage.plan.rules.base import dtype_name, dtype_enum
 
 #: constants up to this many elements are folded (the bodies' constants are scalars)
 MAX_ELEMENTS = 4096
@@ -64,7 +64,7 @@ def constant_value(node: onnx.NodeProto):
 
 def cast_exactly(value: np.ndarray, to: str):
     """*value* cast to ONNX type *to* where numpy's cast is ONNX's, else None."""
-    src = _dtype_name(helper.np_dtype_to_tensor_dtype(value.dtype)) if value.dtype != object else ""
+    src = dtype_name(helper.np_dtype_to_tensor_dtype(value.dtype)) if value.dtype != object else ""
     if to not in _NUMERIC or src not in _NUMERIC or value.size > MAX_ELEMENTS:
         return None
     target = helper.tensor_dtype_to_np_dtype(dtype_enum(to))
@@ -122,7 +122,7 @@ def fold(nodes: list, emitted: set, types: dict, consts: dict,
             to = types.get(n.input[1])
         elif n.op_type == "Cast":
             a = next((a for a in n.attribute if a.name == "to"), None)
-            to = _dtype_name(a.i) if a is not None else None
+            to = dtype_name(a.i) if a is not None else None
         if to is None:
             out.append(n)
             continue

@@ -11,7 +11,7 @@ from onnx import NodeProto
 
 from op_coverage.onnx.builder import Builder
 from op_coverage.onnx.functions import expand_body
-from op_coverage.plan.rules._base import Rule
+from op_coverage.plan.rules.base import Rule
 
 #: known numerical weaknesses of ONNX's bodies (quality as in :class:`Rule`: 2 = loose)
 BODY_QUALITY = {

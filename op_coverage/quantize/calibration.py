@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from op_coverage.rewrite.verify import BadInputs, _graph_inputs, generate_inputs, load_inputs
+from op_coverage.rewrite.verify import BadInputs, graph_inputs, generate_inputs, load_inputs
 
 #: generated calibration samples when none are given
 GENERATED_SAMPLES = 8
@@ -29,7 +29,7 @@ def load_calibration(spec: str, model) -> list[dict]:
     if p.suffix != ".npz":
         raise BadInputs(f"--calibration {p}: expected an .npz file (np.savez) or a folder of them")
     feeds = load_inputs([str(p)], model)
-    ranks = {vi.name: len(vi.type.tensor_type.shape.dim) for vi in _graph_inputs(model)}
+    ranks = {vi.name: len(vi.type.tensor_type.shape.dim) for vi in graph_inputs(model)}
     if feeds and all(a.ndim == ranks[n] + 1 for n, a in feeds.items()):
         counts = {a.shape[0] for a in feeds.values()}
         if len(counts) != 1:

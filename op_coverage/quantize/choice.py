@@ -156,10 +156,10 @@ def holds_int8(path: Path) -> bool:
     """Whether the model at *path* has an INT8/UINT8 tensor or value (something was quantized)."""
     import onnx
 
-    from op_coverage.onnx.load import _iter_tensors
+    from op_coverage.onnx.load import iter_tensors
     m = onnx.load(str(path), load_external_data=False)
     int8 = (onnx.TensorProto.INT8, onnx.TensorProto.UINT8)
-    return any(t.data_type in int8 for t in _iter_tensors(m)) or \
+    return any(t.data_type in int8 for t in iter_tensors(m)) or \
         any(n.op_type in ("DynamicQuantizeLinear", "QuantizeLinear") for n in all_nodes(m, functions=False))
 
 

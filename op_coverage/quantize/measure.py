@@ -28,7 +28,7 @@ def model_bytes(path: Path) -> int:
     """
     import onnx
 
-    from op_coverage.onnx.load import _iter_tensors
+    from op_coverage.onnx.load import iter_tensors
     path = Path(path)
     st = path.stat()
     key = (str(path.resolve()), st.st_size, st.st_mtime_ns)
@@ -36,7 +36,7 @@ def model_bytes(path: Path) -> int:
     if files is None:
         m = onnx.load(str(path), load_external_data=False)
         files = _EXTERNAL[key] = {dict((e.key, e.value) for e in t.external_data).get("location")
-                                  for t in _iter_tensors(m) if t.data_location == onnx.TensorProto.EXTERNAL}
+                                  for t in iter_tensors(m) if t.data_location == onnx.TensorProto.EXTERNAL}
     return st.st_size + sum((path.parent / f).stat().st_size for f in files if f and (path.parent / f).is_file())
 
 

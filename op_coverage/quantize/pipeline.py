@@ -97,8 +97,8 @@ def _all_nodes(model):
 
 def _all_initializers(model):
     """Every tensor of *model* (initializers at any depth, attribute tensors)."""
-    from op_coverage.onnx.load import _iter_tensors
-    return _iter_tensors(model)
+    from op_coverage.onnx.load import iter_tensors
+    return iter_tensors(model)
 
 
 def quantized_node_names(quant_model, fmt: dict) -> set:

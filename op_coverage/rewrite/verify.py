@@ -70,7 +70,7 @@ class Verification:
                 "outputs": [o.to_dict() for o in self.outputs]}
 
 
-def _graph_inputs(model: onnx.ModelProto):
+def graph_inputs(model: onnx.ModelProto):
     inits = {t.name for t in model.graph.initializer}
     return [i for i in model.graph.input if i.name not in inits]
 
@@ -79,7 +79,7 @@ def generate_inputs(model: onnx.ModelProto, seed: int = 0, dims: dict | None = N
     """Random feeds for *model*'s inputs respecting dtype and shape (dim names from *dims*, else 2)."""
     rng = np.random.default_rng(seed)
     feeds = {}
-    for vi in _graph_inputs(model):
+    for vi in graph_inputs(model):
         tt = vi.type.tensor_type
         if not vi.type.HasField("tensor_type"):
             raise BadInputs(f"input {vi.name!r} is not a tensor; pass its value with --inputs FILE.npz")
@@ -101,7 +101,7 @@ def generate_inputs(model: onnx.ModelProto, seed: int = 0, dims: dict | None = N
 
 def load_inputs(paths: list[str], model: onnx.ModelProto) -> dict:
     """Feeds from ``.npz`` files and/or ``.pb`` TensorProto files (name, or position, decides the input)."""
-    names = [i.name for i in _graph_inputs(model)]
+    names = [i.name for i in graph_inputs(model)]
     feeds: dict = {}
     pbs = 0
     for raw in paths:

@@ -33,7 +33,7 @@ _STATUS = {"native": "native", "composite": "native"}
 
 def resolve(requested: Iterable[str], torch_version: str, profile_files=(), use_plugins: bool = False):
     """``-t`` values → ``[(TorchProfile, skew warning or None)]`` for a trace of ``torch_version``."""
-    from hal.op_support.torch_profile import _minor, alias_map, load_torch_profiles, nearest_profile, resolve_torch_targets
+    from hal.op_support.torch_profile import minor_version, alias_map, load_torch_profiles, nearest_profile, resolve_torch_targets
 
     profiles = load_torch_profiles(profile_files or (), use_plugins)
     amap = alias_map(profiles)
@@ -46,7 +46,7 @@ def resolve(requested: Iterable[str], torch_version: str, profile_files=(), use_
             picked = []
             for p in resolve_torch_targets(profiles, [t]):
                 warn = None
-                if _minor(p.torch_version) != _minor(torch_version):
+                if minor_version(p.torch_version) != minor_version(torch_version):
                     warn = (f"torch version skew: {p.name} lists ops of torch {p.torch_version}, the trace was "
                             f"recorded with torch {torch_version}; ops added, renamed or made composite in "
                             f"between may be judged wrongly (-t {p.vendor} picks the nearest list)")

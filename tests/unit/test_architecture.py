@@ -142,3 +142,50 @@ def test_packaging_lists_every_package():
 def test_every_concern_of_the_layers_exists(layer):
     for c in LAYERS[layer]:
         assert c in MODULES or any(m.startswith(c + ".") for m in MODULES) or c == "hal._C", c
+
+
+def _private(parts):
+    """``(owner package, private part)`` of a dotted name with a ``_private`` part (not ``__dunder__``), else None."""
+    for i, part in enumerate(parts):
+        if part.startswith("_") and not part.startswith("__"):
+            return ".".join(parts[:i]), part
+    return None
+
+
+def _private_imports():
+    """``(where, importer, what)`` for each import of a private module or name from outside the package
+    that owns it: ``hal.ops._dispatch`` belongs to ``hal.ops``, ``_minor`` of ``hal.op_support.torch_profile``
+    to ``hal.op_support``.  A package's own modules may use its private parts; nothing else may."""
+    for module, path in MODULES.items():
+        package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                wanted = [a.name.split(".") for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = package.split(".")
+                    base = base[:len(base) - node.level + 1]
+                    mod = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    mod = node.module or ""
+                wanted = [mod.split(".") + [a.name] for a in node.names]
+            else:
+                continue
+            for parts in wanted:
+                if parts[0] not in ("hal", "hal_backends", "op_coverage"):
+                    continue
+                hit = _private(parts)
+                if hit is None:
+                    continue
+                owner = hit[0]
+                if owner in MODULES and MODULES[owner].name != "__init__.py":  # a private name of a module
+                    owner = owner.rsplit(".", 1)[0]                             # belongs to its package
+                if module != owner and not module.startswith(owner + "."):
+                    yield f"{path.relative_to(ROOT)}:{node.lineno}", module, ".".join(parts)
+
+
+def test_no_private_import_across_packages():
+    # vendors copy backends/ and other packages grow on hal's public names: what they import must not be
+    # free to change (make it public where the package means it to be used, or move the code)
+    bad = [f"{where}: {m} imports {what}" for where, m, what in _private_imports()]
+    assert not bad, "private names imported from outside their package:\n" + "\n".join(bad)

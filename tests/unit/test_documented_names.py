@@ -98,5 +98,5 @@ def test_hal_transfer_is_hal_redirect_under_its_old_name():
 def test_names_inside_a_moved_package_resolve_to_the_same_module():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
-        old = importlib.import_module("op_coverage.rules._base")
-    assert old is importlib.import_module("op_coverage.plan.rules._base")
+        old = importlib.import_module("op_coverage.rules.base")
+    assert old is importlib.import_module("op_coverage.plan.rules.base")

@@ -8,7 +8,7 @@ them with the reason (:class:`Decline`).
 from __future__ import annotations
 
 from op_coverage.plan.rules import _activation, _attention, _elementwise, _index, _linalg, _logic, _norm, _reduce, _shape
-from op_coverage.plan.rules._base import Builder, Decline, Rule
+from op_coverage.plan.rules.base import Builder, Decline, Rule
 
 RULES: tuple[Rule, ...] = (
     *_linalg.RULES,

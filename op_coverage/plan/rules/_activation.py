@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from op_coverage.plan.rules._base import FLOATS, Builder, Decline, Rule, attr, float_only, only_attrs
+from op_coverage.plan.rules.base import FLOATS, Builder, Decline, Rule, attr, float_only, only_attrs
 
 # Abramowitz & Stegun, Handbook of Mathematical Functions (1964), formula 7.1.26:
 # erf(x) = 1 - (a1 t + a2 t^2 + a3 t^3 + a4 t^4 + a5 t^5) exp(-x^2), t = 1 / (1 + p x), x >= 0,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from op_coverage.plan.rules._base import FLOATS, Builder, Decline, Rule, attr, dtype_enum, need_rank, only_attrs, unsqueeze
+from op_coverage.plan.rules.base import FLOATS, Builder, Decline, Rule, attr, dtype_enum, need_rank, only_attrs, unsqueeze
 
 MASK_FILTER = -10000.0  # onnxruntime's default mask_filter_value for this op
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from op_coverage.plan.rules._base import FLOATS, INTS, NUMERIC, Builder, Decline, Rule, attr, dtype_enum, only_attrs
+from op_coverage.plan.rules.base import FLOATS, INTS, NUMERIC, Builder, Decline, Rule, attr, dtype_enum, only_attrs
 
 SIGNED = NUMERIC - {"uint8", "uint16", "uint32", "uint64"}
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from op_coverage.plan.rules._base import Builder, Decline, Rule, attr, dim, dtype_enum, need_rank, only_attrs, reduce, squeeze, unsqueeze
+from op_coverage.plan.rules.base import Builder, Decline, Rule, attr, dim, dtype_enum, need_rank, only_attrs, reduce, squeeze, unsqueeze
 
 
 def _static_shape(b: Builder, x: str, rule: str) -> list[int]:

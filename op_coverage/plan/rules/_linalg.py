@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from op_coverage.plan.rules._base import NUMERIC, Builder, Decline, Rule, attr, only_attrs, reduce, squeeze, unsqueeze
+from op_coverage.plan.rules.base import NUMERIC, Builder, Decline, Rule, attr, only_attrs, reduce, squeeze, unsqueeze
 
 
 def _gemm(b: Builder, node) -> None:

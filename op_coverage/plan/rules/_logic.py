@@ -7,7 +7,7 @@ verified here (a bool condition choosing numeric branches is fine).
 """
 from __future__ import annotations
 
-from op_coverage.plan.rules._base import FLOATS, INTS, Builder, Decline, Rule, _dtype_name, attr, dtype_enum, only_attrs
+from op_coverage.plan.rules.base import FLOATS, INTS, Builder, Decline, Rule, dtype_name, attr, dtype_enum, only_attrs
 
 
 def _count_true(b: Builder, node) -> str:
@@ -128,7 +128,7 @@ def _cast_bool(b: Builder, node) -> None:
     if src == "bool" and to == dtype_enum("bool"):
         b.op("Identity", x, outputs=[node.output[0]])
     elif src == "bool":
-        d = _dtype_name(to)
+        d = dtype_name(to)
         if d == "string":
             raise Decline(f"{rule}: bool to string is not numeric")
         b.op("Where", x, b.const(1, d), b.const(0, d), outputs=[node.output[0]])

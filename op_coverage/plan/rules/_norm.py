@@ -1,7 +1,7 @@
 """Normalisations: InstanceNormalization, BatchNormalization (inference), com.microsoft SkipLayerNormalization."""
 from __future__ import annotations
 
-from op_coverage.plan.rules._base import FLOATS, Builder, Decline, Rule, attr, need_rank, only_attrs, reduce, unsqueeze
+from op_coverage.plan.rules.base import FLOATS, Builder, Decline, Rule, attr, need_rank, only_attrs, reduce, unsqueeze
 
 
 def _per_channel(b: Builder, p: str, r: int) -> str:

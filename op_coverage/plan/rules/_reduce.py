@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from op_coverage.plan.rules._base import (FLOATS, NUMERIC, Builder, Decline, Rule, attr, dim, dtype_enum, float_only, need_rank, only_attrs,
+from op_coverage.plan.rules.base import (FLOATS, NUMERIC, Builder, Decline, Rule, attr, dim, dtype_enum, float_only, need_rank, only_attrs,
                     reduce)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 from onnx import helper
 
-from op_coverage.plan.rules._base import NUMERIC, Builder, Decline, Rule, attr, dim, dtype_enum, need_rank, only_attrs, unsqueeze
+from op_coverage.plan.rules.base import NUMERIC, Builder, Decline, Rule, attr, dim, dtype_enum, need_rank, only_attrs, unsqueeze
 
 
 def _flatten(b: Builder, node) -> None:

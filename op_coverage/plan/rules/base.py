@@ -14,7 +14,7 @@ import onnx
 from onnx import helper
 
 # the builder and its dtype helpers are ONNX-level; rules import them from here as before
-from op_coverage.onnx.builder import FLOATS, INTS, NUMERIC, Builder, Decline, _dtype_name, dtype_enum  # noqa: F401
+from op_coverage.onnx.builder import FLOATS, INTS, NUMERIC, Builder, Decline, dtype_name, dtype_enum  # noqa: F401
 
 
 @dataclass(frozen=True)
