@@ -2,7 +2,8 @@
 
 A model whose parameters are DTensors (FSDP2 ``fully_shard``, tensor parallel, a 2-D mesh)
 is saved in DCP's own format under ``step-N/dcp/``: each rank writes its shards
-(``__R_0.distcp``, read back with ``torch.load(weights_only=True)``), the coordinator
+(files DCP names, e.g. ``__R_0.distcp``; hal takes the names from DCP's write results, read
+back with ``torch.load(weights_only=True)``), the coordinator
 writes DCP's ``.metadata`` (a pickle, like the small non-tensor items DCP stores).  The model and
 optimizer state come from ``torch.distributed.checkpoint.state_dict.get_state_dict`` and go
 back with ``set_state_dict``, so DCP reshards them at load for any world size or layout.
@@ -137,9 +138,25 @@ def _one_process(group):
 
 
 def _writer(folder: Path):
+    """DCP's ``FileSystemWriter`` that also keeps the names of the files this rank wrote (``.written``).
+
+    The names come from DCP itself: ``write_data`` returns one ``WriteResult`` per item, whose
+    ``storage_data.relative_path`` is the file DCP put it in (what ``finish`` records in ``.metadata``),
+    so hal never guesses DCP's file naming from a pattern.
+    """
     from torch.distributed.checkpoint import FileSystemWriter
 
-    return FileSystemWriter(str(folder), sync_files=True)
+    class RecordingWriter(FileSystemWriter):
+        written: Tuple[str, ...] = ()
+
+        def write_data(self, plan, planner):
+            def keep(done):
+                results = done.value()
+                self.written = tuple(sorted({wr.storage_data.relative_path for wr in results}))
+                return results
+            return super().write_data(plan, planner).then(keep)
+
+    return RecordingWriter(str(folder), sync_files=True)
 
 
 def _root_error(exc: BaseException) -> BaseException:
@@ -156,9 +173,9 @@ def _root_error(exc: BaseException) -> BaseException:
 class Pending:
     """A DCP save under way (or done): :meth:`finish` waits, hashes this rank's files."""
 
-    def __init__(self, folder: Path, rank: int, future: Optional[Future] = None,
+    def __init__(self, folder: Path, rank: int, writer=None, future: Optional[Future] = None,
                  error: Optional[BaseException] = None):
-        self.folder, self.rank, self.future, self.error = folder, rank, future, error
+        self.folder, self.rank, self.writer, self.future, self.error = folder, rank, writer, future, error
 
     def finish(self) -> Tuple[Dict[str, dict], Optional[tuple]]:
         """``(manifest entries of this rank's DCP files, failure or None)``."""
@@ -175,14 +192,15 @@ class Pending:
                     else f"{type(inner).__name__}: {(str(inner).strip().splitlines() or [''])[-1][:300]}")
             return {}, (self.rank, err, f"torch.distributed.checkpoint could not write {self.folder}: {text}")
         try:
-            return own_files(self.folder, self.rank), None
+            return own_files(self.folder, self.rank, self.writer.written), None
         except OSError as exc:
             return {}, (self.rank, exc.errno, f"rank {self.rank} cannot read back {self.folder}: {exc}")
 
 
-def own_files(folder: Path, rank: int) -> Dict[str, dict]:
-    """Size and sha256 of the DCP files ``rank`` wrote (fsynced again: durable before the manifest)."""
-    names = sorted(p.name for p in folder.iterdir() if p.name.startswith(f"__{rank}_"))
+def own_files(folder: Path, rank: int, written) -> Dict[str, dict]:
+    """Size and sha256 of the DCP files ``rank`` wrote (``written``, as DCP named them; rank 0 also
+    DCP's ``.metadata``), fsynced again: durable before the manifest."""
+    names = list(written)
     if rank == 0:
         names.append(METADATA)
     out = {}
@@ -295,23 +313,24 @@ def start(step_dir: Path, st: dict, rank: int, group, async_save: bool,
     import torch.distributed.checkpoint as dcp
 
     folder = step_dir / FOLDER
-    kw = dict(storage_writer=_writer(folder), process_group=group, no_dist=group is None)
+    writer = _writer(folder)
+    kw = dict(storage_writer=writer, process_group=group, no_dist=group is None)
     try:
         folder.mkdir(exist_ok=True)
         if group is None:
             with _one_process(None):
                 dcp.save(st, **kw)
-            return Pending(folder, rank)
+            return Pending(folder, rank, writer)
         if async_save:
             if stage is not None:
                 st = stage.stage(st)
                 kw["async_stager"] = _staged_as_is()
             fut = dcp.async_save(st, **kw)
-            return Pending(folder, rank, future=getattr(fut, "upload_completion", fut))
+            return Pending(folder, rank, writer, future=getattr(fut, "upload_completion", fut))
         dcp.save(st, **kw)
     except BaseException as exc:  # noqa: BLE001 - every rank must reach the commit
-        return Pending(folder, rank, error=exc)
-    return Pending(folder, rank)
+        return Pending(folder, rank, writer, error=exc)
+    return Pending(folder, rank, writer)
 
 
 def load(step_dir: Path, model, optimizer, group) -> None:
