@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Dict, Iterable, List, Optional, Union
 
 SCHEMA = "hal.doctor/1"
-ORDER = ("backends", "devices", "versions", "data", "tiny_network", "all_reduce_2", "all_reduce_4",
+ORDER = ("backends", "devices", "versions", "redirect", "data", "tiny_network", "all_reduce_2", "all_reduce_4",
          "all_reduce_8", "transport")
 EXIT_CODES = {"OK": 0, "WARN": 1, "FAIL": 2}
 _RANK = {"SKIP": 0, "OK": 0, "WARN": 1, "FAIL": 2}

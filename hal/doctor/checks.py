@@ -249,10 +249,27 @@ def transport() -> dict:
 
 
 #: check name → (function, default time limit in seconds)
+def redirect() -> dict:
+    """What ``hal run``'s redirection patches on this torch: every target found (OK), or the targets this
+    torch lacks, which hal leaves absent and does not redirect (WARN, named)."""
+    import torch
+
+    from hal.redirect import enable
+
+    with enable() as t:
+        patched, missing = len(t.patched), list(t.not_patched)
+    summary = f"torch {torch.__version__}: {patched} attributes redirected"
+    if missing:
+        return _result(WARN, summary + f"; not redirected on this torch (absent): {', '.join(missing)}",
+                       patched=patched, not_patched=missing, torch=torch.__version__)
+    return _result(OK, summary + ", every target present", patched=patched, not_patched=[], torch=torch.__version__)
+
+
 CHECKS: Dict[str, tuple] = {
     "backends": (backends, 30),
     "devices": (devices, 30),
     "versions": (versions, 45),
+    "redirect": (redirect, 60),
     "data": (data, 30),
     "tiny_network": (tiny_network, 60),
     "all_reduce_2": (lambda timeout=60: all_reduce(2, timeout), 60),

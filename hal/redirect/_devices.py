@@ -543,31 +543,29 @@ def _install_types(t: Redirection) -> None:
 
 
 # -- DataLoader(pin_memory_device="cuda"), DataLoader(pin_memory=True) on cpu ----------------
-#: DataLoader's positional index of ``pin_memory`` (dataset, batch_size, shuffle, sampler,
-#: batch_sampler, num_workers, collate_fn, pin_memory)
-_DATALOADER_PIN_POS = 7
-
-
 def _install_dataloader(t: Redirection) -> None:
+    import inspect
+
     from torch.utils.data import DataLoader
     orig_init = DataLoader.__init__
+    # the arguments by name, wherever this torch puts them (bound once per DataLoader, not per batch)
+    signature = inspect.signature(orig_init)
 
     def init(self, *args, **kwargs):
-        if t.device_type == "cpu":  # torch would warn "no accelerator is found" and not pin
-            pos = len(args) > _DATALOADER_PIN_POS and args[_DATALOADER_PIN_POS] is True
-            if pos or kwargs.get("pin_memory") is True:
-                if pos:
-                    args = args[:_DATALOADER_PIN_POS] + (False,) + args[_DATALOADER_PIN_POS + 1:]
-                else:
-                    kwargs["pin_memory"] = False
-                t.log.not_redirected("DataLoader(pin_memory=True)", "cpu: no device to pin host memory for; "
-                                     "batches stay ordinary tensors (values unchanged)")
-        dev = kwargs.get("pin_memory_device")
+        try:
+            bound = signature.bind(self, *args, **kwargs)
+        except TypeError:  # torch's own error for a wrong call, from torch
+            return orig_init(self, *args, **kwargs)
+        given = bound.arguments
+        if t.device_type == "cpu" and given.get("pin_memory") is True:  # torch would warn "no accelerator
+            given["pin_memory"] = False                                   # is found" and not pin
+            t.log.not_redirected("DataLoader(pin_memory=True)", "cpu: no device to pin host memory for; "
+                                 "batches stay ordinary tensors (values unchanged)")
+        dev = given.get("pin_memory_device")
         if isinstance(dev, str) and dev.startswith("cuda"):
-            kwargs["pin_memory_device"] = "" if t.device_type == "cpu" else t.device_type
-            t.log.redirected(f"DataLoader(pin_memory_device={dev!r})",
-                             f"pin_memory_device={kwargs['pin_memory_device']!r}")
-        orig_init(self, *args, **kwargs)
+            given["pin_memory_device"] = "" if t.device_type == "cpu" else t.device_type
+            t.log.redirected(f"DataLoader(pin_memory_device={dev!r})", f"pin_memory_device={given['pin_memory_device']!r}")
+        orig_init(*bound.args, **bound.kwargs)
 
     t.patch(DataLoader, "__init__", marked(init, orig_init))
 
