@@ -1,5 +1,5 @@
 PY ?= python3
-.PHONY: setup demo test bench bench-decode bench-small gpu-check corpus-cuda-torch zoo chaos frameworks frameworks-timm reshard parallel long cluster cluster-demo llmstack frameworks-latest llmstack-torch214
+.PHONY: torch-window setup demo test bench bench-decode bench-small gpu-check corpus-cuda-torch zoo chaos frameworks frameworks-timm reshard parallel long cluster cluster-demo llmstack frameworks-latest llmstack-torch214
 setup:
 	bash scripts/setup.sh
 # the main job on the embedded defaults
@@ -25,6 +25,11 @@ bench-decode: setup
 # the CUDA path on a lent GPU: evidence goes to docs/validation/
 gpu-check:
 	bash scripts/gpu_check.sh
+# hal on the torch versions vendors ship (2.4.1 ... 2.15.0): a venv each with PyPI's build, the project from a
+# clean export, hal list / doctor / run (alone, DDP 2 ranks; cpu and emu) and the unit, backend and emulator-
+# collective tests: docs/torch-window.md (hours, ~6 GB a version: not in CI; --versions X to run one)
+torch-window:
+	$(PY) scripts/torch_window.py
 # the corpus of CUDA-written scripts under PyPI's CUDA build of torch, without a GPU (large
 # download: not in CI)
 corpus-cuda-torch:

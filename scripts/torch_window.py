@@ -1,0 +1,174 @@
+"""hal on each torch a vendor stack ships: a venv per version, the project from a clean export, checks.
+
+    python scripts/torch_window.py                          # every version of WINDOW (hours, ~6 GB each)
+    python scripts/torch_window.py --versions 2.15.0 --keep # one version; keep its venv for a rerun
+    python scripts/torch_window.py --render                 # docs/torch-window.md from the results so far
+
+Per version: ``build/torch-window/<version>/venv`` with PyPI's build of that torch (CUDA-linked: it
+imports and runs on the CPU without a GPU); the machine's pip constraint file caps torch, so a version
+above the cap is installed with ``PIP_CONSTRAINT=/dev/null`` for that venv's pip (an empty value does
+not lift it); ``git archive HEAD`` exported to ``build/torch-window/<version>/src`` and set up there by
+``scripts/setup.sh`` (which keeps the venv's torch and pins every extra to it; the emulator compiles
+against it); then the checks of :data:`CHECKS`, each with a time limit.  Results go to
+``build/torch-window/results.json`` (one entry per version, replaced by a rerun) and the table to
+``docs/torch-window.md`` with the date.  Not in CI: CI stays on the torch it installs.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "build" / "torch-window"
+RESULTS = OUT / "results.json"
+DOC = ROOT / "docs" / "torch-window.md"
+#: the torch versions vendors ship (docs/torch-window.md says who), oldest first
+WINDOW = ("2.4.1", "2.6.0", "2.7.1", "2.10.0", "2.13.0", "2.15.0")
+#: the test subset: the unit, backend and emulator-collective tests, and one FSDP2 case
+TESTS = ["tests/unit", "tests/backend", "tests/dist/test_emu_ccl.py", "tests/dist/test_collectives.py",
+         "tests/dist/test_checkpoint_reshard.py"]
+#: (name, command run in the exported source with the venv's bin first on PATH, extra env, limit in s)
+CHECKS = [
+    ("hal list", ["python", "-m", "hal", "list"], {}, 120),
+    ("hal doctor", ["python", "-m", "hal", "doctor", "--check", "backends", "--check", "versions",
+                    "--check", "redirect", "--check", "tiny_network"], {}, 300),
+    ("hal run cpu", ["python", "-m", "hal", "run", "examples/cuda_train.py", "--steps", "3"], {"HAL_BACKEND": "cpu"}, 300),
+    ("hal run emu", ["python", "-m", "hal", "run", "examples/cuda_train.py", "--steps", "3"], {"HAL_BACKEND": "emu"}, 300),
+    ("hal run DDP 2 cpu", ["python", "-m", "hal", "run", "--nproc-per-node", "2", "examples/cuda_train.py", "--steps", "3"],
+     {"HAL_BACKEND": "cpu"}, 300),
+    ("hal run DDP 2 emu", ["python", "-m", "hal", "run", "--nproc-per-node", "2", "examples/cuda_train.py", "--steps", "3"],
+     {"HAL_BACKEND": "emu"}, 300),
+]
+
+
+def _run(cmd, cwd, env=None, limit=None) -> dict:
+    start = time.monotonic()
+    try:
+        p = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=limit)
+        rc, out, err = p.returncode, p.stdout, p.stderr
+    except subprocess.TimeoutExpired as exc:
+        rc, out, err = 124, exc.stdout or "", (exc.stderr or "") + f"\ntimed out after {limit} s"
+        out, err = (out.decode() if isinstance(out, bytes) else out), (err.decode() if isinstance(err, bytes) else err)
+    last = [ln for ln in (err or out).strip().splitlines() if ln.strip()]
+    return {"rc": rc, "seconds": round(time.monotonic() - start, 1), "last": last[-1][:300] if last else ""}
+
+
+def _pip_caps_torch(python: str, version: str) -> bool:
+    """True when the machine's pip constraints refuse ``torch==version`` (a dry run says so)."""
+    p = subprocess.run([python, "-m", "pip", "install", "--dry-run", "-q", "--no-deps", f"torch=={version}"],
+                       capture_output=True, text=True, timeout=600)
+    return p.returncode != 0 and "constraint" in (p.stderr + p.stdout).lower()
+
+
+def _venv_env(venv: Path, extra=None) -> dict:
+    env = dict(os.environ, PATH=f"{venv / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}", VIRTUAL_ENV=str(venv))
+    env.pop("PYTHONPATH", None)
+    env.update(extra or {})
+    return env
+
+
+def one_version(version: str, keep: bool) -> dict:
+    here = OUT / version
+    venv, src = here / "venv", here / "src"
+    python = str(venv / "bin" / "python")
+    rec = {"torch": version, "date": datetime.date.today().isoformat(), "steps": {}}
+    here.mkdir(parents=True, exist_ok=True)
+    if not Path(python).exists():
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    lifted = _pip_caps_torch(python, version)
+    env = _venv_env(venv, {"PIP_CONSTRAINT": "/dev/null"} if lifted else None)
+    rec["pip_cap_lifted"] = lifted
+    print(f"[{version}] installing torch=={version}" + (" (PIP_CONSTRAINT=/dev/null)" if lifted else ""), flush=True)
+    rec["steps"]["install torch"] = _run([python, "-m", "pip", "install", "-q", f"torch=={version}"], here, env, 1800)
+    if src.exists():
+        shutil.rmtree(src)
+    src.mkdir()
+    archive = subprocess.run(["git", "archive", "HEAD"], cwd=ROOT, capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(src)], input=archive, check=True)
+    print(f"[{version}] scripts/setup.sh in a clean export", flush=True)
+    setup_env = dict(env, PYTHON=python, HAL_SETUP_LLMSTACK="0")
+    rec["steps"]["setup"] = _run(["bash", "scripts/setup.sh"], src, setup_env, 3600)
+    for name, cmd, extra, limit in CHECKS:
+        print(f"[{version}] {name}", flush=True)
+        rec["steps"][name] = _run(cmd, src, dict(env, **extra), limit)
+    print(f"[{version}] tests: {' '.join(TESTS)}", flush=True)
+    junit = here / "junit.xml"
+    rec["steps"]["tests"] = _run([python, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={junit}",
+                                  *TESTS], src, env, 5400)
+    rec["tests"] = _junit_counts(junit)
+    if not keep:
+        shutil.rmtree(venv, ignore_errors=True)
+    return rec
+
+
+def _junit_counts(path: Path) -> dict:
+    if not path.exists():
+        return {}
+    suite = ET.parse(path).getroot()
+    suite = suite if suite.tag == "testsuite" else suite.find("testsuite")
+    n = {k: int(suite.get(k, 0)) for k in ("tests", "failures", "errors", "skipped")}
+    failed = [f"{c.get('classname')}::{c.get('name')}" for c in suite.iter("testcase")
+              if c.find("failure") is not None or c.find("error") is not None]
+    n["passed"] = n["tests"] - n["failures"] - n["errors"] - n["skipped"]
+    n["failed_tests"] = failed[:40]
+    return n
+
+
+def render(results: dict) -> str:
+    lines = ["# hal across torch versions (`make torch-window`)", "",
+             "Each row: PyPI's build of that torch in a venv of its own, the project from a clean export set up by",
+             "`scripts/setup.sh`, then the checks of `scripts/torch_window.py` (`hal list`, `hal doctor`, `hal run` of",
+             "`examples/cuda_train.py` alone and as a 2-rank DDP job on cpu and emu) and the test subset",
+             f"(`{' '.join(TESTS)}`). CI runs on torch 2.13 only; these results are measured on this project's",
+             "2-core machine on the date given. A cell is `ok` or the exit code with the last line of output.", ""]
+    steps = ["setup"] + [c[0] for c in CHECKS]
+    lines.append("| torch | date | " + " | ".join(steps) + " | tests |")
+    lines.append("|---|---|" + "---|" * (len(steps) + 1))
+    for version in sorted(results, key=lambda v: tuple(int(x) for x in re.findall(r"\d+", v))):
+        rec = results[version]
+        cells = []
+        for s in steps:
+            r = rec["steps"].get(s)
+            cells.append("-" if r is None else ("ok" if r["rc"] == 0 else f"rc {r['rc']}: {r['last'][:80]}"))
+        t = rec.get("tests") or {}
+        tests = (f"{t['passed']} passed, {t['failures'] + t['errors']} failed, {t['skipped']} skipped" if t else
+                 f"rc {rec['steps'].get('tests', {}).get('rc')}")
+        lines.append(f"| {version} | {rec['date']} | " + " | ".join(c.replace("|", "/") for c in cells) + f" | {tests} |")
+    failing = {v: r.get("tests", {}).get("failed_tests") for v, r in results.items() if r.get("tests", {}).get("failed_tests")}
+    if failing:
+        lines += ["", "Failed tests (first 40 per version):", ""]
+        for v, names in failing.items():
+            lines.append(f"- **{v}**: " + ", ".join(f"`{n}`" for n in names))
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--versions", default=",".join(WINDOW), help="comma list (default: %(default)s)")
+    p.add_argument("--keep", action="store_true", help="keep each venv (about 6 GB) for a rerun")
+    p.add_argument("--render", action="store_true", help="only write docs/torch-window.md from the results so far")
+    args = p.parse_args(argv)
+    results = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+    if not args.render:
+        for version in [v.strip() for v in args.versions.split(",") if v.strip()]:
+            results[version] = one_version(version, args.keep)
+            OUT.mkdir(parents=True, exist_ok=True)
+            tmp = RESULTS.with_suffix(".tmp")
+            tmp.write_text(json.dumps(results, indent=1))
+            os.replace(tmp, RESULTS)
+    DOC.write_text(render(results))
+    print(f"wrote {DOC.relative_to(ROOT)} ({len(results)} versions)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
