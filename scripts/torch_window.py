@@ -63,10 +63,12 @@ def _run(cmd, cwd, env=None, limit=None) -> dict:
 
 
 def _pip_caps_torch(python: str, version: str) -> bool:
-    """True when the machine's pip constraints refuse ``torch==version`` (a dry run says so)."""
-    p = subprocess.run([python, "-m", "pip", "install", "--dry-run", "-q", "--no-deps", f"torch=={version}"],
-                       capture_output=True, text=True, timeout=600)
-    return p.returncode != 0 and "constraint" in (p.stderr + p.stdout).lower()
+    """True when the machine's pip constraints refuse ``torch==version``: a dry run fails with them and
+    succeeds with ``PIP_CONSTRAINT=/dev/null`` (pip's own message names only a conflict)."""
+    def dry(env):
+        return subprocess.run([python, "-m", "pip", "install", "--dry-run", "-q", "--no-deps", f"torch=={version}"],
+                              capture_output=True, text=True, timeout=600, env=env).returncode == 0
+    return not dry(None) and dry(dict(os.environ, PIP_CONSTRAINT="/dev/null"))
 
 
 def _venv_env(venv: Path, extra=None) -> dict:
@@ -89,6 +91,13 @@ def one_version(version: str, keep: bool) -> dict:
     rec["pip_cap_lifted"] = lifted
     print(f"[{version}] installing torch=={version}" + (" (PIP_CONSTRAINT=/dev/null)" if lifted else ""), flush=True)
     rec["steps"]["install torch"] = _run([python, "-m", "pip", "install", "-q", f"torch=={version}"], here, env, 1800)
+    got = subprocess.run([python, "-c", "import torch; print(torch.__version__)"], capture_output=True, text=True)
+    rec["torch_installed"] = got.stdout.strip()
+    if not rec["torch_installed"].startswith(version):  # never let setup.sh fall back to its default torch
+        rec["steps"]["install torch"].update(rc=rec["steps"]["install torch"]["rc"] or 1,
+                                             last=f"torch {version} is not importable in {venv} "
+                                                  f"(found {rec['torch_installed'] or 'none'})")
+        return rec
     if src.exists():
         shutil.rmtree(src)
     src.mkdir()
