@@ -165,6 +165,11 @@ class EmuCCL(dist.ProcessGroup):
         for device_type, backend_type in (("cpu", dist.ProcessGroup.BackendType.GLOO),
                                           (DEVICE_TYPE, dist.ProcessGroup.BackendType.CUSTOM)):
             self._register_backend(torch.device(device_type), backend_type, self._gloo)
+        # c10d names a group and (torch >= 2.15) attaches its flight recorder through the group's default
+        # backend; for a group built by a backend creator c10d leaves that to the group itself
+        set_default = getattr(self, "_set_default_backend", None)
+        if set_default is not None:
+            set_default(dist.ProcessGroup.BackendType.GLOO)
 
     def getBackendName(self):  # noqa: N802 - c10d's name
         return NAME
