@@ -62,20 +62,14 @@ def exposed(files: Dict[str, str], package: str) -> Exposed:
             for m in _FUNC.finditer(text):
                 out.schemas.setdefault(m.group(1), _parameters(m.group(2)))
             continue
-        if path != init and f"{package}." not in text:  # no assignment to the package here: skip the parse
-            continue
-        try:
-            tree = ast.parse(text)
-        except SyntaxError:
-            continue
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Assign):
-                for target in node.targets:
-                    if (isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name)
-                            and target.value.id == package):
-                        out.names.add(target.attr)
+        # ``package.NAME = ...`` at the start of a line (any indentation): a regular expression, not a parse of
+        # every file (a release has well over a thousand)
+        out.names |= set(re.findall(rf"^[ \t]*{re.escape(package)}\.(\w+)[ \t]*=(?!=)", text, re.M))
         if path == init:
-            out.names |= _top_level(tree)
+            try:
+                out.names |= _top_level(ast.parse(text))
+            except SyntaxError:
+                pass
     return out
 
 
