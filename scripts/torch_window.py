@@ -58,7 +58,7 @@ def _run(cmd, cwd, env=None, limit=None) -> dict:
     except subprocess.TimeoutExpired as exc:
         rc, out, err = 124, exc.stdout or "", (exc.stderr or "") + f"\ntimed out after {limit} s"
         out, err = (out.decode() if isinstance(out, bytes) else out), (err.decode() if isinstance(err, bytes) else err)
-    last = [ln for ln in (err or out).strip().splitlines() if ln.strip()]
+    last = [ln for ln in (err or out).strip().splitlines() if re.search(r"[A-Za-z0-9]", ln)]
     return {"rc": rc, "seconds": round(time.monotonic() - start, 1), "last": last[-1][:300] if last else ""}
 
 
@@ -82,7 +82,8 @@ def one_version(version: str, keep: bool) -> dict:
     here = OUT / version
     venv, src = here / "venv", here / "src"
     python = str(venv / "bin" / "python")
-    rec = {"torch": version, "date": datetime.date.today().isoformat(), "steps": {}}
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout
+    rec = {"torch": version, "date": datetime.date.today().isoformat(), "commit": commit.strip(), "steps": {}}
     here.mkdir(parents=True, exist_ok=True)
     if not Path(python).exists():
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
@@ -140,7 +141,7 @@ def render(results: dict) -> str:
              f"(`{' '.join(TESTS)}`). CI runs on torch 2.13 only; these results are measured on this project's",
              "2-core machine on the date given. A cell is `ok` or the exit code with the last line of output.", ""]
     steps = ["setup"] + [c[0] for c in CHECKS]
-    lines.append("| torch | date | " + " | ".join(steps) + " | tests |")
+    lines.append("| torch | date, commit | " + " | ".join(steps) + " | tests |")
     lines.append("|---|---|" + "---|" * (len(steps) + 1))
     for version in sorted(results, key=lambda v: tuple(int(x) for x in re.findall(r"\d+", v))):
         rec = results[version]
@@ -151,7 +152,7 @@ def render(results: dict) -> str:
         t = rec.get("tests") or {}
         tests = (f"{t['passed']} passed, {t['failures'] + t['errors']} failed, {t['skipped']} skipped" if t else
                  f"rc {rec['steps'].get('tests', {}).get('rc')}")
-        lines.append(f"| {version} | {rec['date']} | " + " | ".join(c.replace("|", "/") for c in cells) + f" | {tests} |")
+        lines.append(f"| {version} | {rec['date']}, {rec.get('commit', '?')} | " + " | ".join(c.replace("|", "/") for c in cells) + f" | {tests} |")
     failing = {v: r.get("tests", {}).get("failed_tests") for v, r in results.items() if r.get("tests", {}).get("failed_tests")}
     if failing:
         lines += ["", "Failed tests (first 40 per version):", ""]
