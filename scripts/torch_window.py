@@ -153,6 +153,9 @@ def render(results: dict) -> str:
         tests = (f"{t['passed']} passed, {t['failures'] + t['errors']} failed, {t['skipped']} skipped" if t else
                  f"rc {rec['steps'].get('tests', {}).get('rc')}")
         lines.append(f"| {version} | {rec['date']}, {rec.get('commit', '?')} | " + " | ".join(c.replace("|", "/") for c in cells) + f" | {tests} |")
+    missing = [v for v in WINDOW if v not in results]
+    if missing:
+        lines += ["", f"Not run yet: {', '.join(missing)} (`python scripts/torch_window.py --versions X`)."]
     failing = {v: r.get("tests", {}).get("failed_tests") for v, r in results.items() if r.get("tests", {}).get("failed_tests")}
     if failing:
         lines += ["", "Failed tests (first 40 per version):", ""]
