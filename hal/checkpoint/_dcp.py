@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import os
 import warnings
 from concurrent.futures import Future
@@ -137,13 +138,8 @@ def _one_process(group):
         yield
 
 
-def _writer(folder: Path):
-    """DCP's ``FileSystemWriter`` that also keeps the names of the files this rank wrote (``.written``).
-
-    The names come from DCP itself: ``write_data`` returns one ``WriteResult`` per item, whose
-    ``storage_data.relative_path`` is the file DCP put it in (what ``finish`` records in ``.metadata``),
-    so hal never guesses DCP's file naming from a pattern.
-    """
+@functools.lru_cache(maxsize=None)
+def _recording_writer():
     from torch.distributed.checkpoint import FileSystemWriter
 
     class RecordingWriter(FileSystemWriter):
@@ -156,7 +152,17 @@ def _writer(folder: Path):
                 return results
             return super().write_data(plan, planner).then(keep)
 
-    return RecordingWriter(str(folder), sync_files=True)
+    return RecordingWriter
+
+
+def _writer(folder: Path):
+    """DCP's ``FileSystemWriter`` that also keeps the names of the files this rank wrote (``.written``).
+
+    The names come from DCP itself: ``write_data`` returns one ``WriteResult`` per item, whose
+    ``storage_data.relative_path`` is the file DCP put it in (what ``finish`` records in ``.metadata``),
+    so hal never guesses DCP's file naming from a pattern.
+    """
+    return _recording_writer()(str(folder), sync_files=True)
 
 
 def _root_error(exc: BaseException) -> BaseException:
@@ -173,7 +179,7 @@ def _root_error(exc: BaseException) -> BaseException:
 class Pending:
     """A DCP save under way (or done): :meth:`finish` waits, hashes this rank's files."""
 
-    def __init__(self, folder: Path, rank: int, writer=None, future: Optional[Future] = None,
+    def __init__(self, folder: Path, rank: int, writer, future: Optional[Future] = None,
                  error: Optional[BaseException] = None):
         self.folder, self.rank, self.writer, self.future, self.error = folder, rank, writer, future, error
 

@@ -13,7 +13,8 @@ examples:
 
 order per call: the backend's fused kernel -> torch composition on the device -> C++ host
 kernel (hal._C) through host memory.  Where a backend declares the sizes its kernel wins at,
-other sizes run the torch composition (the faster path there; counted, not warned about).  In a program, hal.ops.stats() counts what ran.
+other sizes run the torch composition (the faster path there; counted, not warned about).
+In a program, hal.ops.stats() counts what ran.
 """
 
 
@@ -61,5 +62,6 @@ def run(args) -> int:
                     print(f"  {o['op']:<16} {name:<9} " + "; ".join(f"{dt}: {r}" for dt, r in rules.items()))
             if o["sizes"].get("when_unset"):
                 print(f"  {o['op']:<16} {'':<9} the rule is for calls without " + " or ".join(o["sizes"]["when_unset"]))
-        print(f"  measured: {sized[0]['sizes']['measured']}")
+        for measured in dict.fromkeys(o["sizes"]["measured"] for o in sized):  # each source once, in order
+            print(f"  measured: {measured}")
     return 0

@@ -248,7 +248,6 @@ def transport() -> dict:
     return detect(ccl=get_registry().selected().spec.dist_backend)
 
 
-#: check name → (function, default time limit in seconds)
 def redirect() -> dict:
     """What ``hal run``'s redirection patches on this torch: every target found (OK), or the targets this
     torch lacks, which hal leaves absent and does not redirect (WARN, named)."""
@@ -265,6 +264,7 @@ def redirect() -> dict:
     return _result(OK, summary + ", every target present", patched=patched, not_patched=[], torch=torch.__version__)
 
 
+#: check name → (function, default time limit in seconds)
 CHECKS: Dict[str, tuple] = {
     "backends": (backends, 30),
     "devices": (devices, 30),

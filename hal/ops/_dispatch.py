@@ -232,9 +232,10 @@ def plan(op: str, device_type: str, dtype) -> tuple:
     ``sizes`` is None where the kernel runs at every size, else ``(low, high, grad_low,
     grad_high, declaration)``: the element counts for which it runs alone / in an eager call
     that needs a gradient (a :class:`hal.plugin.kernels.SizedKernel`, whose ``applies(args)``
-    says whether a call is one the rule speaks of); outside them the torch composition runs.  Decided once and cached; a new registry (``hal.reset_registry()``, a
-    plugin's kernel table changed, ``HAL_*`` settings re-read) starts a new generation and every
-    plan is decided again.
+    says whether a call is one the rule speaks of); outside them the torch composition runs.
+
+    Decided once and cached; a new registry (``hal.reset_registry()``, a plugin's kernel table
+    changed, ``HAL_*`` settings re-read) starts a new generation and every plan is decided again.
     """
     gen = registry_generation()
     key = (op, device_type, dtype)
@@ -283,9 +284,10 @@ def autograd_route(op: str, args: tuple) -> Optional[str]:
     :return: :data:`DIFFERENTIABLE_FUSED` when the fused kernel for ``t``'s device type and
         dtype (of ``args[0]``, ``t``) is itself differentiable torch ops (its function has
         ``differentiable = True``, e.g. ``F.layer_norm``); :data:`COMPOSITION_BY_SIZE` where the
-        kernel's declared sizes leave out ``t``'s (the composition runs under autograd, not a fallback); the fallback
-        reason to record when there is no fused kernel (the composition then runs under
-        autograd); None otherwise, or when a path is forced (hal's own backward formula).
+        kernel's declared sizes leave out ``t``'s (the composition runs under autograd, not a
+        fallback); the fallback reason to record when there is no fused kernel (the composition
+        then runs under autograd); None otherwise, or when a path is forced (hal's own backward
+        formula).
         Pass a composition answer to :func:`record_composition`.
     """
     if _forced.path is not None:

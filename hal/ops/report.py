@@ -21,8 +21,9 @@ def report(backend: Optional[str] = None) -> dict:
         plugin declares it whether or not it is usable here; default: the selected backend.
     :return: per op, the fused kernel the owning plugin declares (with the vendor
         function and its source confidence when the built-in data file has them, and the
-        sizes it is used at where the torch composition wins at others) and the fallbacks after it; plus whether the C++ host kernels are built, whether calls are
-        entered in C (``native_entry``), and the counters of this process (:func:`hal.ops.stats`).
+        sizes it is used at where the torch composition wins at others) and the fallbacks after
+        it; plus whether the C++ host kernels are built, whether calls are entered in C
+        (``native_entry``), and the counters of this process (:func:`hal.ops.stats`).
     """
     from hal.plugin.registry import get_registry
 

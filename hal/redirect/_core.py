@@ -100,9 +100,8 @@ class Redirection:
         else:
             self.count, self.count_source = max(1, int(backend.device_count())), f"{backend.name} device count"
         self._undo: List[Tuple[Any, str, Any]] = []
-        #: ``module.attribute`` / ``module.Class.attribute`` of each patch in force, in the order made
-        self.patched: List[str] = []
-        #: the same for each patch target this torch lacks (:meth:`patch` leaves them absent)
+        #: ``module.attribute`` / ``module.Class.attribute`` of each patch target this torch lacks
+        #: (:meth:`patch` leaves them absent)
         self.not_patched: List[str] = []
         self._cpu = torch.device("cpu")
         #: device argument (``"cuda"``, ``"cuda:0"``, ``torch.device("cuda")``, ``0``, ``"cpu"`` ...) -> the
@@ -180,15 +179,19 @@ class Redirection:
         As pytest's ``monkeypatch.setattr`` (``raising=True``): a target this torch does not have is
         not created (code that looks for it would find hal's instead, and nothing would call it), but
         listed in :attr:`not_patched` and logged as a call hal does not redirect on this torch."""
-        target = _target_name(owner, name)
         if not hasattr(owner, name):
+            target = _target_name(owner, name)
             self.not_patched.append(target)
             self.log.not_redirected(target, f"torch {torch.__version__} has no such attribute: hal leaves it absent")
             return
         old = owner.__dict__.get(name, _MISSING) if isinstance(owner, type) else getattr(owner, name, _MISSING)
         self._undo.append((owner, name, old))
-        self.patched.append(target)
         setattr(owner, name, value)
+
+    @property
+    def patched(self) -> List[str]:
+        """``module.attribute`` / ``module.Class.attribute`` of each patch in force, in the order made."""
+        return [_target_name(owner, name) for owner, name, _ in self._undo if owner is not None]
 
     def on_restore(self, undo) -> None:
         """Call ``undo()`` when the redirection ends (in reverse order with the patches)."""
@@ -204,7 +207,6 @@ class Redirection:
             else:
                 setattr(owner, name, old)
         self._undo.clear()
-        self.patched.clear()
 
 
 def _target_name(owner, name: str) -> str:

@@ -564,7 +564,8 @@ def _install_dataloader(t: Redirection) -> None:
         dev = given.get("pin_memory_device")
         if isinstance(dev, str) and dev.startswith("cuda"):
             given["pin_memory_device"] = "" if t.device_type == "cpu" else t.device_type
-            t.log.redirected(f"DataLoader(pin_memory_device={dev!r})", f"pin_memory_device={given['pin_memory_device']!r}")
+            t.log.redirected(f"DataLoader(pin_memory_device={dev!r})",
+                             f"pin_memory_device={given['pin_memory_device']!r}")
         orig_init(*bound.args, **bound.kwargs)
 
     t.patch(DataLoader, "__init__", marked(init, orig_init))

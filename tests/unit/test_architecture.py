@@ -55,19 +55,27 @@ def concern(module: str) -> str:
     return best
 
 
+def _package(module: str, path: Path) -> str:
+    """The package ``module`` sits in (itself for an ``__init__.py``)."""
+    return module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
+
+
+def _from_module(package: str, node: ast.ImportFrom) -> str:
+    """The absolute module a ``from ... import`` in ``package`` reads from (relative levels resolved)."""
+    if not node.level:
+        return node.module or ""
+    base = package.split(".")
+    base = base[:len(base) - node.level + 1]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
 def _targets(module: str, path: Path):
     """``(lineno, imported module)`` for every import of hal / hal_backends / op_coverage in the file."""
-    is_pkg = path.name == "__init__.py"
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
             names = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = module.split(".") if is_pkg else module.split(".")[:-1]
-                base = base[:len(base) - node.level + 1]
-                mod = ".".join(base + ([node.module] if node.module else []))
-            else:
-                mod = node.module or ""
+            mod = _from_module(_package(module, path), node)
             names = [f"{mod}.{a.name}" if f"{mod}.{a.name}" in MODULES else mod for a in node.names]
         else:
             continue
@@ -157,18 +165,12 @@ def _private_imports():
     that owns it: ``hal.ops._dispatch`` belongs to ``hal.ops``, ``_minor`` of ``hal.op_support.torch_profile``
     to ``hal.op_support``.  A package's own modules may use its private parts; nothing else may."""
     for module, path in MODULES.items():
-        package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
+        package = _package(module, path)
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             if isinstance(node, ast.Import):
                 wanted = [a.name.split(".") for a in node.names]
             elif isinstance(node, ast.ImportFrom):
-                if node.level:
-                    base = package.split(".")
-                    base = base[:len(base) - node.level + 1]
-                    mod = ".".join(base + ([node.module] if node.module else []))
-                else:
-                    mod = node.module or ""
-                wanted = [mod.split(".") + [a.name] for a in node.names]
+                wanted = [_from_module(package, node).split(".") + [a.name] for a in node.names]
             else:
                 continue
             for parts in wanted:
