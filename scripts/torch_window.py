@@ -186,4 +186,11 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except subprocess.CalledProcessError as exc:  # venv creation, git archive, tar: one line, not a traceback
+        cmd = " ".join(map(str, exc.cmd))
+        sys.exit(f"torch_window: `{cmd}` failed with exit code {exc.returncode}; fix it and rerun "
+                 "(finished versions are kept in build/torch-window/results.json)")
+    except OSError as exc:
+        sys.exit(f"torch_window: {exc}; check the disk space and permissions under {OUT}")

@@ -46,7 +46,15 @@ from hal.redirect._core import Redirection
 from hal.redirect._enable import enable
 from hal.redirect._compile import inductor_supports
 from hal.redirect._devices import native_wrappers
-from hal.redirect._children import record_exit as record_child_exit
 
 __all__ = ["Redirection", "RedirectLog", "enable", "inductor_supports", "native_wrappers", "record_child_exit",
            "run_script"]
+
+
+def record_child_exit(exit_code: int, error, log, duration_s: float, **where) -> None:
+    """Record how this child process of a ``hal run`` ended, for its parent's report (nothing outside a
+    run); see :func:`hal.redirect._children.record_exit`.  Imported on first use: ``import hal.redirect``
+    does not load the child bookkeeping."""
+    from hal.redirect._children import record_exit
+
+    record_exit(exit_code, error, log, duration_s, **where)

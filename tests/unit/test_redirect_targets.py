@@ -38,3 +38,22 @@ def test_dataloader_pin_memory_is_found_by_name_wherever_it_is_passed():
         by_position = DataLoader(ds, 2, False, None, None, 0, None, True)  # pin_memory is DataLoader's 8th
     assert by_keyword.pin_memory is False and by_position.pin_memory is False
     assert [r["call"] for r in t.log.rows("not_redirected")].count("DataLoader(pin_memory=True)") >= 1
+
+
+def test_hal_doctors_redirect_check_counts_the_targets_and_names_a_missing_one(monkeypatch):
+    from hal.doctor import checks
+    from hal.redirect import _core
+
+    ok = checks.redirect()
+    assert ok["status"] == checks.OK and ok["details"]["not_patched"] == [] and ok["details"]["patched"] > 100
+    real = _core.Redirection.patch
+
+    def moved(self, owner, name, value):  # this torch "renamed" torch.cuda.is_available
+        if owner is torch.cuda and name == "is_available":
+            return real(self, types.ModuleType("torch.cuda"), name, value)
+        return real(self, owner, name, value)
+
+    monkeypatch.setattr(_core.Redirection, "patch", moved)
+    warn = checks.redirect()
+    assert warn["status"] == checks.WARN and set(warn["details"]["not_patched"]) == {"torch.cuda.is_available"}
+    assert "not redirected on this torch (absent): torch.cuda.is_available" in warn["summary"]
