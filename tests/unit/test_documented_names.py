@@ -5,6 +5,7 @@ The docs are what users copy: a module, class or function they name (``hal.check
 """
 import importlib
 import re
+import tomllib
 import warnings
 from pathlib import Path
 
@@ -45,8 +46,10 @@ def _names():
 
 
 NAMES = _names()
-#: the packages of pyproject's llmstack extra: a documented name that needs one resolves only where it is installed
-LLMSTACK = ("deepspeed", "torchtitan")
+#: the packages of pyproject's llmstack extra (read from it): a documented name that needs one resolves only where
+#: it is installed
+LLMSTACK = tuple(re.match(r"[A-Za-z0-9_.-]+", r).group(0).replace("-", "_") for r in tomllib.loads(
+    (Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())["project"]["optional-dependencies"]["llmstack"])
 
 
 def resolve(name: str):
