@@ -15,6 +15,8 @@ from typing import Callable, Dict, List, Tuple
 import torch
 import torch.distributed as dist
 
+from hal.util import accelerator
+
 
 class OpSkip(Exception):
     """The op does not apply on this side; the message says why."""
@@ -53,7 +55,7 @@ class Side:
         """``split_group`` on the tested side; ``new_group`` of the same ranks on gloo."""
         if self.reference:
             return self.group_of(partition)
-        if not torch.accelerator.is_available():
+        if not accelerator.is_available():
             raise OpSkip("torch 2.13's split_group needs an accelerator (torch.accelerator.is_available() "
                          "is False on a CPU-only build) and raises 'No backend for the parent process group "
                          "or its backend does not support splitting'; new_group serves the CPU")

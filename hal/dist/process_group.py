@@ -359,6 +359,11 @@ def is_initialized() -> bool:
 def destroy() -> None:
     """Tear the process group down (safe to call twice)."""
     if dist.is_initialized():
+        # gloo's work threads drop what their last collective captured (Python objects among it) once it is
+        # done; destroy_process_group joins them holding the GIL, so each gets it first.  Without it torch
+        # 2.4 hung in destroy in about one 4-rank job in ten
+        from hal.util.exit import let_native_threads_finish
+        let_native_threads_finish()
         dist.destroy_process_group()
     from hal.dist import premul_sum
     premul_sum.INSTALLED.restore()

@@ -8,6 +8,7 @@ import threading
 import torch
 
 from hal._errors import HalError
+from hal.util import accelerator
 
 #: the device type torch knows the emulator by (PrivateUse1, renamed); defined here only
 DEVICE_TYPE = "emu"
@@ -29,10 +30,7 @@ def real_accelerator():
     """Device type of an available accelerator other than the emulator, or None."""
     if _installed:
         return None
-    try:
-        acc = torch.accelerator.current_accelerator(check_available=True)
-    except TypeError:  # older torch without the argument
-        acc = torch.accelerator.current_accelerator()
+    acc = accelerator.current()
     if acc is None or acc.type in ("privateuseone", DEVICE_TYPE):
         return None
     return acc.type

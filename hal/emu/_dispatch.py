@@ -299,7 +299,10 @@ def configure(native_module, route: Optional[str] = None) -> None:
         _vendor = VendorOps(profile, _reaching)
     _C.set_fallback_observer(_on_host_fallback)
     _fallback_lib = torch.library.Library("_", "IMPL")
-    _fallback_lib.fallback(fallback, "PrivateUse1")
+    if hasattr(_fallback_lib, "fallback"):
+        _fallback_lib.fallback(fallback, "PrivateUse1")
+    else:  # torch < 2.5: the C++ module registers the boxed fallback and calls this one
+        _C.set_python_fallback(fallback)
     set_fallback_route(route)
 
 

@@ -185,10 +185,6 @@ class Stream(torch.Stream):
         return 0, 1 - FEATURES["stream_priorities"]
 
 
-def _as_emu_stream(s: torch.Stream) -> Stream:
-    return Stream(stream_id=s.stream_id, device_index=s.device_index, device_type=s.device_type)
-
-
 class _EventType(type):
     def __instancecheck__(cls, obj) -> bool:
         return isinstance(obj, torch.Event) and obj.device.type == DEVICE_TYPE
@@ -206,7 +202,8 @@ class Event(metaclass=_EventType):
 
 def current_stream(device: _DeviceLike = None) -> Stream:
     """The current stream of ``device`` on this thread."""
-    return _as_emu_stream(torch.accelerator.current_stream(_index(device)))
+    index = _index(device)
+    return Stream(stream_id=_C.current_stream(index), device_index=index, device_type=_PRIVATEUSE1)
 
 
 def default_stream(device: _DeviceLike = None) -> Stream:
@@ -215,8 +212,15 @@ def default_stream(device: _DeviceLike = None) -> Stream:
 
 
 def set_stream(stream: torch.Stream) -> None:
+    """Make ``stream`` the current stream of its device on this thread."""
     if stream is not None:
-        torch.accelerator.set_stream(stream)
+        _C.exchange_stream(stream.stream_id, _stream_index(stream))
+
+
+def _stream_index(s: torch.Stream) -> int:
+    if s.device_type != _PRIVATEUSE1:
+        raise ValueError(f"emu: {s} is not a stream of the emulated device; make one with torch.emu.Stream()")
+    return s.device_index
 
 
 @contextlib.contextmanager
@@ -225,12 +229,11 @@ def stream(s: Optional[torch.Stream]):
     if s is None:
         yield
         return
-    prev = torch.accelerator.current_stream(s.device_index)
-    torch.accelerator.set_stream(s)
+    prev = _C.exchange_stream(s.stream_id, _stream_index(s))
     try:
         yield
     finally:
-        torch.accelerator.set_stream(prev)
+        _C.exchange_stream(prev, s.device_index)
 
 
 # -- memory -------------------------------------------------------------------------------

@@ -160,8 +160,8 @@ class Backend:
         :raises hal.NotSupported: the module keeps no such statistic (``torch.cpu``).
         """
         fn = getattr(self.module, attr, None)
-        if fn is None and hasattr(torch.accelerator, attr) and self.device_type != "cpu":
-            fn = getattr(torch.accelerator, attr)
+        if fn is None and self.device_type != "cpu":
+            fn = getattr(getattr(torch, "accelerator", None), attr, None)
         if fn is None:
             raise NotSupported(self.name, attr, "this device module keeps no allocator statistics")
         return fn

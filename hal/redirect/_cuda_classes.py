@@ -18,6 +18,7 @@ torch's class, and ``isinstance`` / ``issubclass`` answer as for torch's class a
 """
 from __future__ import annotations
 
+import abc
 import sys
 from typing import Callable, Dict, Iterable, Iterator, Optional, Tuple
 
@@ -121,7 +122,7 @@ def stand_in(name: str, spec: Spec, namespace: Optional[dict] = None) -> type:
     meta = _meta(type(spec.base))
     stand_in_call = native_call("StandInCall") if spec.fast is not None else None
     if stand_in_call is None:
-        return meta(name, (spec.base,), ns)
+        return _as_abcs_of(meta(name, (spec.base,), ns), spec.cuda)
     # its own metaclass, whose __call__ is C: constructing the stand-in costs a C call and a count
     # at the call site above the backend's constructor, not a Python frame with a log lookup
     own = type(meta.__name__, (meta,), {"__module__": meta.__module__})
@@ -130,6 +131,16 @@ def stand_in(name: str, spec: Spec, namespace: Optional[dict] = None) -> type:
     fast = native_call("fast_stand_in")
     if fast is not None:
         fast(cls)  # cls(...) reaches it through the type's vectorcall slot: no slot lookup, tuple or dict
+    return _as_abcs_of(cls, spec.cuda)
+
+
+def _as_abcs_of(cls: type, cuda: Optional[type]) -> type:
+    """``cls`` registered as a virtual subclass of each abstract base of torch's class: torch 2.4-2.5's
+    ``torch.cuda.Event`` / ``Stream`` derive from ``torch._streambase._EventBase`` / ``_StreamBase``, and
+    importing torch._dynamo (the first optimizer does) asserts that ``torch.cuda.Event`` is one."""
+    for base in getattr(cuda, "__mro__", ())[1:]:
+        if isinstance(base, abc.ABCMeta) and base not in cls.__mro__:
+            base.register(cls)
     return cls
 
 

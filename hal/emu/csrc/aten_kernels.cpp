@@ -782,14 +782,37 @@ at::Tensor metadata_only(const at::Tensor& t) {
 
 int64_t fused_sdp_choice(const at::Tensor& query, const at::Tensor& key, const at::Tensor& value,
                          const std::optional<at::Tensor>& attn_mask, double dropout_p, bool is_causal,
-                         std::optional<double> scale, bool enable_gqa) {
+                         std::optional<double> scale
+#if HAL_EMU_SDP_GQA
+                         , bool enable_gqa
+#endif
+) {
   std::optional<at::Tensor> mask;
   if (attn_mask.has_value() && attn_mask->defined()) mask = metadata_only(*attn_mask);
   // the CPU's kernel itself, not through the dispatcher: under torch.compile's FakeTensorMode a
   // dispatched call would reach the mode with these real (byte-less) CPU tensors
   return at::native::_fused_sdp_choice_cpp(metadata_only(query), metadata_only(key), metadata_only(value), mask,
-                                           dropout_p, is_causal, scale, enable_gqa);
+                                           dropout_p, is_causal, scale
+#if HAL_EMU_SDP_GQA
+                                           , enable_gqa
+#endif
+  );
 }
+
+#if !HAL_EMU_PINNED_HOOKS
+// torch 2.4 pins through the aten ops dispatched to the device asked for (the hooks' isPinnedPtr from 2.5)
+bool is_pinned_kernel(const at::Tensor& self, std::optional<at::Device>) {
+  return is_pinned(self.storage().data());
+}
+
+at::Tensor pin_memory_kernel(const at::Tensor& self, std::optional<at::Device>) {
+  size_t nbytes = at::detail::computeStorageNbytes(self.sizes(), self.strides(), self.dtype().itemsize());
+  c10::Storage storage(c10::Storage::use_byte_size_t(), nbytes, pinned_allocator(), /*resizable=*/false);
+  at::Tensor pinned = at::empty({0}, self.options()).set_(storage, 0, self.sizes(), self.strides());
+  pinned.copy_(self);
+  return pinned;
+}
+#endif
 
 at::Tensor as_strided(const at::Tensor& self, c10::IntArrayRef size, c10::IntArrayRef stride,
                       std::optional<int64_t> offset) {
@@ -829,6 +852,16 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("batch_norm_elemt", batch_norm_elemt);
   m.impl("batch_norm_backward_reduce", batch_norm_backward_reduce);
   m.impl("batch_norm_backward_elemt", batch_norm_backward_elemt);
+#if !HAL_EMU_PINNED_HOOKS
+  m.impl("is_pinned", is_pinned_kernel);
+  m.impl("_pin_memory", pin_memory_kernel);
+#endif
+}
+
+// a composite op with a device kernel: torch 2.4 then leaves AutogradPrivateUse1 without one (no math kernel, no
+// fallthrough); the answer is a bool, so autograd has nothing to record
+TORCH_LIBRARY_IMPL(aten, AutogradPrivateUse1, m) {
+  m.impl("_has_compatible_shallow_copy_type", has_compatible_shallow_copy_type);
 }
 
 }  // namespace hal_emu

@@ -27,11 +27,24 @@
 #include <vector>
 
 // What this torch offers a device, by the release that brought it (the torch window is 2.4 to the newest;
-// compiled and tested on 2.13 only).  c10::DeviceAllocator, behind torch.accelerator's memory API
+// compiled and tested on each by `make torch-window`).  c10::DeviceAllocator, behind torch.accelerator's memory API
 // (memory_allocated, empty_cache, memory_stats, ...), arrived in torch 2.9: before it the allocator is a plain
 // c10::Allocator and torch.emu's own memory calls are the only ones.
 #define HAL_EMU_TORCH_AT_LEAST(major, minor) \
   (TORCH_VERSION_MAJOR > (major) || (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
+// PrivateUse1HooksInterface: a const getDefaultGenerator and isPinnedPtr (pinned memory through the hooks) from 2.5;
+// before, pinning is the aten ops is_pinned / _pin_memory dispatched to PrivateUse1 (aten_kernels.cpp)
+#define HAL_EMU_PINNED_HOOKS HAL_EMU_TORCH_AT_LEAST(2, 5)
+// getNewGenerator in the hooks and DeviceGuardImplInterface::synchronizeDevice: 2.6; before, a new generator
+// is made through REGISTER_GENERATOR_PRIVATEUSE1 (generator.cpp)
+#define HAL_EMU_HOOKS_NEW_GENERATOR HAL_EMU_TORCH_AT_LEAST(2, 6)
+// the hooks' isBuilt / isAvailable, and getStream / exchangeStream no longer noexcept: 2.7
+#define HAL_EMU_HOOKS_AVAILABILITY HAL_EMU_TORCH_AT_LEAST(2, 7)
+// torch.library.Library.fallback (a boxed fallback written in Python): 2.5; before, python_module.cpp registers a
+// boxed C++ fallback that calls the Python one
+#define HAL_EMU_PY_FALLBACK_API HAL_EMU_TORCH_AT_LEAST(2, 5)
+// scaled_dot_product_attention's enable_gqa (and _fused_sdp_choice_stub's argument for it): 2.5
+#define HAL_EMU_SDP_GQA HAL_EMU_TORCH_AT_LEAST(2, 5)
 #define HAL_EMU_DEVICE_ALLOCATOR HAL_EMU_TORCH_AT_LEAST(2, 9)
 // at::HostAllocator registered for the device (torch 2.13's torch.accelerator.empty_host_cache crashes the
 // process on a device without one): its interface moved between releases, so only from the release compiled here
@@ -96,6 +109,10 @@ void check_not_forked();
 // work is synchronous, so a priority orders nothing
 constexpr int kStreamPriorities = 4;
 int stream_priority(c10::StreamId id);
+// the current stream of device ``index`` on this thread (what the device guard's getStream answers), and
+// making ``id`` current there (its exchangeStream), for the Python module on a torch without torch.accelerator
+c10::StreamId current_stream(c10::DeviceIndex index);
+c10::StreamId exchange_stream(c10::StreamId id, c10::DeviceIndex index);
 
 // -- generators ---------------------------------------------------------------------------
 // A counter-based generator with CUDA's state: (seed, offset), 16 bytes.  A random op reserves the offsets

@@ -9,6 +9,9 @@
 #include "emu.h"
 
 #include <ATen/CPUGeneratorImpl.h>
+#if !HAL_EMU_HOOKS_NEW_GENERATOR
+#include <ATen/core/GeneratorForPrivateuseone.h>
+#endif
 #include <ATen/core/MT19937RNGEngine.h>
 #include <ATen/EmptyTensor.h>
 #include <c10/core/GeneratorImpl.h>
@@ -158,6 +161,11 @@ at::Generator new_generator(c10::DeviceIndex index) {
   check_index(index);
   return at::make_generator<Generator>(index, c10::default_rng_seed_val);
 }
+
+#if !HAL_EMU_HOOKS_NEW_GENERATOR
+// torch.Generator(device="emu") before the hooks' getNewGenerator (torch 2.4 and 2.5)
+REGISTER_GENERATOR_PRIVATEUSE1(new_generator)
+#endif
 
 at::Generator host_generator(const at::Generator& gen, int64_t numel) {
   auto* g = at::check_generator<Generator>(gen);

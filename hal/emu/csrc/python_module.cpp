@@ -159,6 +159,79 @@ py::list trace_rows() {
   return out;
 }
 
+#if !HAL_EMU_PY_FALLBACK_API
+// PrivateUse1's boxed fallback as torch 2.5's Library.fallback(fn, "PrivateUse1") makes it: fn(op, *args, **kwargs)
+// with op the OpOverload (torch.ops.<ns>.<name>.<overload>), keyword-only arguments as keywords, and its answer
+// pushed back as the schema's returns.
+// held for the life of the process (never destroyed: a py::object outliving the interpreter must not be freed)
+py::object* g_python_fallback = nullptr;
+torch::Library* g_fallback_library = nullptr;
+std::unordered_map<std::string, py::object>* g_overloads = new std::unordered_map<std::string, py::object>();
+
+py::object overload_of(const c10::OperatorHandle& op) {
+  const auto& name = op.operator_name();
+  std::string key = name.name + "." + name.overload_name;
+  auto it = g_overloads->find(key);
+  if (it != g_overloads->end()) return it->second;
+  auto sep = name.name.find("::");
+  py::object packet = py::module::import("torch").attr("ops").attr(name.name.substr(0, sep).c_str())
+                          .attr(name.name.substr(sep + 2).c_str());
+  py::object overload = packet.attr(name.overload_name.empty() ? "default" : name.overload_name.c_str());
+  return g_overloads->emplace(key, overload).first->second;
+}
+
+py::object argument_to_python(const c10::Argument& arg, const c10::IValue& value) {
+  if (value.isInt()) {  // a dtype, layout or memory format travels as an int in an IValue
+    c10::TypePtr type = arg.type();
+    if (auto opt = type->cast<c10::OptionalType>()) type = opt->getElementType();
+    switch (type->kind()) {
+      case c10::TypeKind::ScalarTypeType: return py::cast(static_cast<at::ScalarType>(value.toInt()));
+      case c10::TypeKind::LayoutType: return py::cast(static_cast<at::Layout>(value.toInt()));
+      case c10::TypeKind::MemoryFormatType: return py::cast(static_cast<at::MemoryFormat>(value.toInt()));
+      default: break;
+    }
+  }
+  return torch::jit::toPyObject(value);
+}
+
+void boxed_python_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const auto& schema = op.schema();
+  const auto& arguments = schema.arguments();
+  std::vector<c10::IValue> values = torch::jit::pop(*stack, arguments.size());
+  py::gil_scoped_acquire gil;
+  py::list args;
+  py::dict kwargs;
+  for (size_t i = 0; i < arguments.size(); ++i) {
+    py::object v = argument_to_python(arguments[i], values[i]);
+    if (arguments[i].kwarg_only()) kwargs[arguments[i].name().c_str()] = v;
+    else args.append(v);
+  }
+  py::object out;
+  try {
+    out = (*g_python_fallback)(overload_of(op), *args, **kwargs);
+  } catch (py::error_already_set& e) {
+    throw std::runtime_error(e.what());
+  }
+  const auto& returns = schema.returns();
+  if (returns.size() == 1) {
+    stack->push_back(torch::jit::toIValue(out, returns[0].type()));
+  } else if (returns.size() > 1) {
+    py::tuple outs = out.cast<py::tuple>();
+    for (size_t i = 0; i < returns.size(); ++i) stack->push_back(torch::jit::toIValue(outs[i], returns[i].type()));
+  }
+}
+
+void set_python_fallback(py::object fn) {
+  if (g_python_fallback == nullptr) g_python_fallback = new py::object();
+  *g_python_fallback = std::move(fn);
+  if (g_fallback_library == nullptr) {
+    g_fallback_library = new torch::Library(torch::Library::IMPL, "_", c10::DispatchKey::PrivateUse1, __FILE__,
+                                            __LINE__);
+    g_fallback_library->fallback(torch::CppFunction::makeFromBoxedFunction<&boxed_python_fallback>());
+  }
+}
+#endif
+
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
@@ -171,6 +244,15 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("reset_accumulated", [](int index) { hal_emu::reset_accumulated(static_cast<c10::DeviceIndex>(index)); });
   m.def("memory_info", [](int index) { return hal_emu::memory_info(static_cast<c10::DeviceIndex>(index)); },
         "(free, total) bytes of a device: the host's");
+#if !HAL_EMU_PY_FALLBACK_API
+  m.def("set_python_fallback", &set_python_fallback,
+        "fn(op, *args, **kwargs) answers every op without a PrivateUse1 kernel (torch < 2.5: no Library.fallback)");
+#endif
+  m.def("current_stream", [](int index) { return static_cast<int64_t>(hal_emu::current_stream(static_cast<c10::DeviceIndex>(index))); },
+        "id of the current stream of device index on this thread");
+  m.def("exchange_stream", [](int64_t id, int index) {
+        return static_cast<int64_t>(hal_emu::exchange_stream(static_cast<c10::StreamId>(id), static_cast<c10::DeviceIndex>(index)));
+      }, "make stream id current on device index (this thread); returns the previous id");
   m.def("stream_priority", [](int64_t id) { return hal_emu::stream_priority(static_cast<c10::StreamId>(id)); },
         "the priority a stream id carries");
   m.def("features", &features, "what this build gives torch's device-generic code");

@@ -109,7 +109,12 @@ struct GuardImpl final : c10::impl::DeviceGuardImplInterface {
     if (d.index() >= 0 && d.index() < g_device_count) tls_device = d.index();
   }
 
-  c10::Stream getStream(c10::Device d) const override {
+#if HAL_EMU_HOOKS_AVAILABILITY
+#define HAL_EMU_STREAM_NOEXCEPT
+#else
+#define HAL_EMU_STREAM_NOEXCEPT noexcept
+#endif
+  c10::Stream getStream(c10::Device d) const HAL_EMU_STREAM_NOEXCEPT override {
     auto index = d.index() < 0 ? tls_device : d.index();
     return c10::Stream(c10::Stream::UNSAFE, c10::Device(c10::DeviceType::PrivateUse1, index),
                        tls_stream[index]);
@@ -132,9 +137,13 @@ struct GuardImpl final : c10::impl::DeviceGuardImplInterface {
     return c10::Stream(c10::Stream::UNSAFE, c10::Device(c10::DeviceType::PrivateUse1, index),
                        stream_id(g_next_stream.fetch_add(1), level_of(priority)));
   }
-  c10::Stream exchangeStream(c10::Stream s) const override {
+  c10::Stream exchangeStream(c10::Stream s) const HAL_EMU_STREAM_NOEXCEPT override {
     auto index = s.device_index();
+#if HAL_EMU_HOOKS_AVAILABILITY
     check_index(index);
+#else
+    if (index < 0 || index >= g_device_count) index = tls_device;  // noexcept here: no check can raise
+#endif
     c10::Stream old(c10::Stream::UNSAFE, s.device(), tls_stream[index]);
     tls_stream[index] = s.id();
     return old;
@@ -170,7 +179,9 @@ struct GuardImpl final : c10::impl::DeviceGuardImplInterface {
   bool queryStream(const c10::Stream&) const override { return true; }
   void synchronizeStream(const c10::Stream&) const override {}
   void synchronizeEvent(void*) const override {}
+#if HAL_EMU_HOOKS_NEW_GENERATOR
   void synchronizeDevice(const c10::DeviceIndex) const override {}
+#endif
   void recordDataPtrOnStream(const c10::DataPtr&, const c10::Stream&) const override {}
   double elapsedTime(void* event1, void* event2, const c10::DeviceIndex) const override {
     auto* a = static_cast<Event*>(event1);
@@ -189,12 +200,26 @@ C10_REGISTER_GUARD_IMPL(PrivateUse1, GuardImpl);
 
 int stream_priority(c10::StreamId id) { return -static_cast<int>(id & ((1 << kLevelBits) - 1)); }
 
+c10::StreamId current_stream(c10::DeviceIndex index) {
+  check_index(index);
+  return tls_stream[index];
+}
+
+c10::StreamId exchange_stream(c10::StreamId id, c10::DeviceIndex index) {
+  check_index(index);
+  c10::StreamId old = tls_stream[index];
+  tls_stream[index] = id;
+  return old;
+}
+
 // -- hooks ------------------------------------------------------------------------------
 namespace {
 
 struct Hooks final : at::PrivateUse1HooksInterface {
+#if HAL_EMU_HOOKS_AVAILABILITY
   bool isBuilt() const override { return true; }
   bool isAvailable() const override { return true; }
+#endif
   bool hasPrimaryContext(c10::DeviceIndex) const override { return true; }
   c10::DeviceIndex deviceCount() const override { return static_cast<c10::DeviceIndex>(g_device_count); }
   void setCurrentDevice(c10::DeviceIndex index) const override { set_device(index); }
@@ -207,12 +232,20 @@ struct Hooks final : at::PrivateUse1HooksInterface {
   c10::DeviceIndex maybeExchangeDevice(c10::DeviceIndex index) const override {
     return exchangeDevice(index);
   }
+#if HAL_EMU_PINNED_HOOKS
   const at::Generator& getDefaultGenerator(c10::DeviceIndex index) const override {
+#else
+  const at::Generator& getDefaultGenerator(c10::DeviceIndex index) override {
+#endif
     return default_generator(index);
   }
+#if HAL_EMU_HOOKS_NEW_GENERATOR
   at::Generator getNewGenerator(c10::DeviceIndex index) const override { return new_generator(index); }
+#endif
   at::Device getDeviceFromPtr(void*) const override { return device(-1); }
+#if HAL_EMU_PINNED_HOOKS
   bool isPinnedPtr(const void* data) const override { return is_pinned(data); }
+#endif
   c10::Allocator* getPinnedMemoryAllocator() const override { return pinned_allocator(); }
   void resizePrivateUse1Bytes(const c10::Storage& storage, size_t newsize) const override {
     auto* impl = storage.unsafeGetStorageImpl();
