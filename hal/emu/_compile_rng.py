@@ -14,10 +14,13 @@ from torch._C import DispatchKey
 def install(device_type: str, device_module) -> None:
     """Give both operators a kernel for ``device_type`` (idempotent)."""
     try:
-        from torch._higher_order_ops.utils import registered_hop_fake_fns
         from torch._prims import rng_prims
     except ImportError:  # a torch without them: nothing to extend
         return
+    try:
+        from torch._higher_order_ops.utils import registered_hop_fake_fns
+    except ImportError:  # torch before it: the fake kernel is in the operator's own table (below)
+        registered_hop_fake_fns = {}
     save, run = rng_prims.run_and_save_rng_state, rng_prims.run_with_rng_state
     if getattr(save.py_kernels.get(DispatchKey.BackendSelect), "__hal_emu__", False):
         return
@@ -34,7 +37,11 @@ def install(device_type: str, device_module) -> None:
             device_module.set_rng_state(current)
 
     def on_this_device(args, kwargs):
-        return rng_prims.get_device(args, kwargs) == device_type
+        # not rng_prims.get_device: before torch 2.13 it names only cuda, xpu, hpu and cpu
+        device = kwargs.get("device")
+        if device:
+            return torch.device(device).type == device_type
+        return any(isinstance(a, torch.Tensor) and a.device.type == device_type for a in args)
 
     for hop, kernel, lead in ((save, save_on_device, 0), (run, run_on_device, 1)):
         torch_select = hop.py_kernels[DispatchKey.BackendSelect]
@@ -47,6 +54,7 @@ def install(device_type: str, device_module) -> None:
 
         select.__hal_emu__ = True
         hop.py_kernels[DispatchKey.BackendSelect] = select
+        _retarget(hop, torch_select, select)
         hop.py_kernels[DispatchKey.PrivateUse1] = kernel
         hop._dispatch_cache.clear()
         torch_fake = registered_hop_fake_fns.get(hop)
@@ -58,3 +66,16 @@ def install(device_type: str, device_module) -> None:
                 return _torch(*args, **kwargs)
 
             registered_hop_fake_fns[hop] = fake
+
+
+def _retarget(hop, torch_select, select) -> None:
+    """Where the operator's fake-tensor and proxy kernels call torch's BackendSelect function directly (as torch
+    2.6's do: ``impl_backend_select`` of the registering function, held in their closures), they call ``select``
+    instead, so that tracing reaches the emulator's kernel as running does."""
+    for kernel in list(getattr(hop, "python_key_table", {}).values()):
+        for cell in getattr(kernel, "__closure__", None) or ():
+            try:
+                if cell.cell_contents is torch_select:
+                    cell.cell_contents = select
+            except ValueError:  # an empty cell
+                continue

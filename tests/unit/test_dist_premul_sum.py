@@ -15,6 +15,17 @@ from hal.dist import DistError, premul_sum
 R = dist.ReduceOp
 
 
+def premul(factor):
+    """``ReduceOp.PREMUL_SUM(factor)`` where the enum member is callable (2.13 has it, 2.10 not), else
+    ``_make_nccl_premul_sum(factor)``, the spelling FSDP2 uses on every torch of hal's window."""
+    return R.PREMUL_SUM(factor) if callable(R.PREMUL_SUM) else dist._make_nccl_premul_sum(factor)
+
+
+needs_reduce_scatter_single = pytest.mark.skipif(
+    not hasattr(dist, "reduce_scatter_single"),
+    reason=f"torch {torch.__version__} has no torch.distributed.reduce_scatter_single (2.13 has it, 2.10 not)")
+
+
 @pytest.fixture
 def one_rank(clean_registry, no_launcher):
     no_launcher.setenv("HAL_BACKEND", "cpu")
@@ -27,7 +38,7 @@ def one_rank(clean_registry, no_launcher):
 @pytest.mark.parametrize("factor", [0.5, torch.tensor(0.25), torch.tensor(0.5, dtype=torch.float64)],
                          ids=["float", "tensor", "float64-tensor"])
 def test_every_collective_that_takes_an_op_multiplies_then_sums(one_rank, factor):
-    op, f = R.PREMUL_SUM(factor), float(factor)
+    op, f = premul(factor), float(factor)
     x = torch.arange(4.0) + 1
     t = x.clone()
     dist.all_reduce(t, op=op)
@@ -46,23 +57,25 @@ def test_every_collective_that_takes_an_op_multiplies_then_sums(one_rank, factor
         ts = [x.clone(), x[:2].clone()]
         dist.all_reduce_coalesced(ts, op=op)
     assert [t.tolist() for t in ts] == [(x * f).tolist(), (x[:2] * f).tolist()]
-    out = torch.empty(4)
-    dist.reduce_scatter_single(out, inp, op=op)
-    assert out.tolist() == (x * f).tolist() and inp.tolist() == x.tolist()
+    if hasattr(dist, "reduce_scatter_single"):  # 2.13 has it, 2.10 not
+        out = torch.empty(4)
+        dist.reduce_scatter_single(out, inp, op=op)
+        assert out.tolist() == (x * f).tolist() and inp.tolist() == x.tolist()
     ins = [x.clone()]
     dist.reduce_scatter(out, ins, op=op)
     assert out.tolist() == (x * f).tolist() and ins[0].tolist() == x.tolist()
 
 
+@needs_reduce_scatter_single
 def test_inside_the_coalescing_manager(one_rank):
     outs, ts = [torch.empty(2), torch.empty(3)], [torch.ones(2), torch.ones(3)]
     with dist._coalescing_manager(async_ops=True) as cm:
         for o in outs:
-            dist.reduce_scatter_single(o, torch.full((o.numel(),), 6.0), op=R.PREMUL_SUM(0.5))
+            dist.reduce_scatter_single(o, torch.full((o.numel(),), 6.0), op=premul(0.5))
     cm.wait()
     with dist._coalescing_manager(async_ops=True) as cm:
         for t in ts:
-            dist.all_reduce(t, op=R.PREMUL_SUM(0.25))
+            dist.all_reduce(t, op=premul(0.25))
     cm.wait()
     assert [o.tolist() for o in outs] == [[3.0] * 2, [3.0] * 3] and [t.tolist() for t in ts] == [[0.25] * 2, [0.25] * 3]
 
@@ -77,7 +90,7 @@ def test_sum_and_avg_reach_torchs_function_as_they_were_called(one_rank):
         wrapper(t, op=op)
     assert [(c[0] is t, c[1], c[3]) for c in calls] == [(True, op, a) for op in (R.SUM, R.AVG, R.MAX)
                                                        for a in (True, False)]
-    wrapper(t, R.PREMUL_SUM(0.5))   # multiplied in place (all_reduce writes its tensor), then SUM
+    wrapper(t, premul(0.5))   # multiplied in place (all_reduce writes its tensor), then SUM
     assert calls[-1][0] is t and t.tolist() == [0.5, 0.5] and calls[-1][1] == R.SUM
 
 
@@ -90,7 +103,7 @@ def test_destroy_puts_torchs_functions_back(one_rank):
 
 def test_an_integer_tensor_is_refused_as_nccl_refuses_it(one_rank):
     with pytest.raises(DistError, match=r"PREMUL_SUM on a torch.int64 tensor.*floating-point.*ReduceOp.SUM"):
-        dist.all_reduce(torch.ones(2, dtype=torch.int64), op=R.PREMUL_SUM(0.5))
+        dist.all_reduce(torch.ones(2, dtype=torch.int64), op=premul(0.5))
 
 
 def test_a_python_process_group_serves_its_own_ops():
