@@ -134,8 +134,26 @@ def _one_process(group):
     """Without a process group, DCP warns that it assumes one process: that is the intent here."""
     with warnings.catch_warnings():
         if group is None:
-            warnings.filterwarnings("ignore", message="torch.distributed is disabled, unavailable or uninitialized")
+            # 2.13: "... is disabled, unavailable or uninitialized"; 2.4: "... is unavailable or uninitialized"
+            warnings.filterwarnings("ignore", message="torch.distributed is (disabled, )?unavailable or uninitialized")
         yield
+
+
+def _scope(group, fn) -> dict:
+    """``process_group`` / ``no_dist`` for DCP's ``save`` / ``load`` (``fn``): ``group`` None is one process.
+    torch 2.4's DCP has no ``no_dist``: it works in one process when no process group is initialized, and
+    cannot inside a job that has one."""
+    import inspect
+
+    import torch.distributed as dist
+
+    if "no_dist" in inspect.signature(fn).parameters:
+        return {"process_group": group, "no_dist": group is None}
+    if group is None and dist.is_available() and dist.is_initialized():
+        raise CheckpointError(f"a one-process DCP save or load inside a distributed job is not possible on torch "
+                              f"{torch.__version__}: its torch.distributed.checkpoint has no no_dist argument (2.13 "
+                              f"has it); run it in a process without a process group")
+    return {"process_group": group}
 
 
 @functools.lru_cache(maxsize=None)
@@ -320,7 +338,7 @@ def start(step_dir: Path, st: dict, rank: int, group, async_save: bool,
 
     folder = step_dir / FOLDER
     writer = _writer(folder)
-    kw = dict(storage_writer=writer, process_group=group, no_dist=group is None)
+    kw = dict(storage_writer=writer, **_scope(group, dcp.save))
     try:
         folder.mkdir(exist_ok=True)
         if group is None:
@@ -348,8 +366,7 @@ def load(step_dir: Path, model, optimizer, group) -> None:
     st = state(model, optimizer)
     try:
         with _one_process(group):
-            dcp.load(st, storage_reader=FileSystemReader(str(step_dir / FOLDER)), process_group=group,
-                     no_dist=group is None)
+            dcp.load(st, storage_reader=FileSystemReader(str(step_dir / FOLDER)), **_scope(group, dcp.load))
     except BaseException as exc:  # noqa: BLE001 - DCP's CheckpointException is a BaseException
         if isinstance(exc, (KeyboardInterrupt, SystemExit)):
             raise
@@ -384,5 +401,5 @@ def full_model(step_dir: Path) -> Dict[str, torch.Tensor]:
     if not full:
         raise CheckpointError(f"{step_dir}: the DCP checkpoint holds no model tensors")
     with _one_process(None):
-        dcp.load({"model": full}, storage_reader=FileSystemReader(str(step_dir / FOLDER)), no_dist=True)
+        dcp.load({"model": full}, storage_reader=FileSystemReader(str(step_dir / FOLDER)), **_scope(None, dcp.load))
     return full

@@ -61,6 +61,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
+    try:
+        import torch  # noqa: F401 - here so that a device extension torch cannot load is told in one line
+    except Exception as exc:
+        from hal.plugin.torch_import import explain
+        line = explain(exc)
+        if line is None:
+            raise
+        print(f"hal: error: {line}", file=sys.stderr)
+        return 3
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "run", None):

@@ -1,8 +1,9 @@
 """Make torchrun's restarts work for scripts that call ``init_process_group()`` themselves.
 
 Under ``torchrun --max-restarts N`` every worker of every attempt connects to the agent's
-TCPStore (``TORCHELASTIC_USE_AGENT_STORE=True``), and torch (2.4 to at least 2.13) keeps
-that store across restarts without a per-attempt prefix: the restarted ranks read the
+TCPStore (``TORCHELASTIC_USE_AGENT_STORE=True``), and torch (2.6 to at least 2.15) keeps
+that store across restarts without a per-attempt prefix (2.4's ``env://`` prefixed it itself,
+``/worker/attempt_<n>``: there the wrapper adds nothing): the restarted ranks read the
 addresses the dead ranks published under the same ``default_pg/...`` keys and fail with
 "Gloo connectFullMesh failed ... Connection refused" / "Connect timeout" (NCCL: "connect
 returned Connection refused"), attempt after attempt, until the restarts run out.  A script
@@ -27,7 +28,7 @@ def _wrap(handler):
 
         gen = handler(url, **kwargs)
         store, rank, world_size = next(gen)
-        if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
+        if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True" and not isinstance(store, dist.PrefixStore):
             attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
             store = dist.PrefixStore(f"attempt_{attempt}", store)
         yield store, rank, world_size

@@ -85,6 +85,10 @@ def premul_sum_factor(op) -> Optional[Factor]:
     """
     if op.__class__ is not _ReduceOp or op.op != _PREMUL_SUM:
         return None
+    if not hasattr(op, "factor"):
+        raise DistError(f"torch {torch.__version__}'s ReduceOp does not give Python the factor of a PREMUL_SUM "
+                        f"(2.13 does), so hal cannot serve it on gloo; divide the tensor yourself and use "
+                        f"ReduceOp.SUM, or run on a backend whose CCL has PREMUL_SUM")
     return op.factor
 
 

@@ -16,7 +16,7 @@ from typing import Any, Callable, ContextManager, Dict, Iterator, List, Optional
 
 import torch
 
-from hal._errors import NoDevice, NotSupported
+from hal._errors import BackendUnavailable, NoDevice, NotSupported
 from hal.plugin.spec import BackendSpec
 from hal.util.own_ops import own_ops
 
@@ -334,9 +334,25 @@ class Backend:
         return out
 
 
-def load_device_backend(spec: BackendSpec, cls=Backend) -> Backend:
-    """Import ``spec.module`` (if any) and check that the device module sees a device."""
-    module = importlib.import_module(spec.module) if spec.module else None
+def load_device_backend(spec: BackendSpec, cls=Backend, runtime: Optional[dict] = None) -> Backend:
+    """Import ``spec.module`` (if any) and check that the device module sees a device.
+
+    :param runtime: the vendor runtime the module needs (a backend.json ``runtime``): a failed import then
+        names it and how to set it up.
+    :raises BackendUnavailable: the module does not import (one line: what is installed, what failed, the fix).
+    """
+    try:
+        module = importlib.import_module(spec.module) if spec.module else None
+    except Exception as exc:
+        from hal.plugin.probe import ProbeContext, installed_label, runtime_missing
+
+        first = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), type(exc).__name__)
+        line = f"{installed_label(spec.module)} is installed but `import {spec.module}` failed ({type(exc).__name__}: {first})"
+        if runtime:
+            line += "; " + (runtime_missing(runtime, ProbeContext())
+                            or f"{runtime['name']} is set up ({runtime['home_env']}) but does not load with it: "
+                               f"check it with `{runtime['check']}`")
+        raise BackendUnavailable(line) from exc
     dev_mod = torch.get_device_module(spec.device_type)
     avail = getattr(dev_mod, "is_available", None)
     count = int(dev_mod.device_count()) if hasattr(dev_mod, "device_count") else 0

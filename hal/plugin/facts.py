@@ -122,6 +122,12 @@ def _declared(entry: dict):
                        measured=sizes.get("measured", ""), when_unset=sizes.get("when_unset"))
 
 
+def builtin_runtime(backend: str) -> dict:
+    """The vendor runtime the built-in ``backend``'s device module needs beside its package (its backend.json
+    ``runtime``: ``name``, ``home_env``, ``setup``, ``check``, ``source``); empty when the file declares none."""
+    return dict(backend_facts(backend).get("runtime", {}))
+
+
 def builtin_stack_fact(backend: str, stack: str) -> dict:
     """How ``stack``'s device seam is filled for the built-in ``backend`` (its backend.json
     ``stacks`` entry, e.g. ``{"accelerator": "module:Class" or None, "why": ..., "source": ...}``);

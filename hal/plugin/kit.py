@@ -19,8 +19,8 @@ import importlib
 from typing import TYPE_CHECKING, Dict, Optional, Type, Union
 
 from hal.plugin import hookimpl
-from hal.plugin.probe import ProbeContext, probe_module_and_nodes
-from hal.plugin.spec import BackendSpec, ProbeResult
+from hal.plugin.probe import ProbeContext, installed_label, probe_module_and_nodes, runtime_missing
+from hal.plugin.spec import BackendSpec, ProbeResult, Status
 
 if TYPE_CHECKING:  # pragma: no cover
     from hal.plugin.backend import Backend
@@ -39,7 +39,7 @@ class VendorPlugin:
 
     def __init__(self, spec: BackendSpec, backend_cls: Union[str, Type[Backend]] = "hal.plugin.backend:Backend",
                  op_profile: Optional[dict] = None, fused_kernels: Optional[Dict[str, object]] = None,
-                 deepspeed_accelerator: Optional[str] = None):
+                 deepspeed_accelerator: Optional[str] = None, runtime: Optional[dict] = None):
         self.spec = spec
         #: the Backend class, or ``"module:Class"`` imported on first load
         self.backend_cls = backend_cls
@@ -48,9 +48,19 @@ class VendorPlugin:
         self.fused_kernels = dict(fused_kernels or {})
         #: "module:Class" of DeepSpeed's own accelerator for the device (see hookspec hal_deepspeed_accelerator)
         self.deepspeed_accelerator = deepspeed_accelerator
+        #: the vendor runtime the device module needs beside its package (a backend.json ``runtime``), or None
+        self.runtime = runtime or None
 
     def probe(self, context: ProbeContext) -> ProbeResult:
-        return probe_module_and_nodes(self.spec, context)
+        """The module and device nodes (:func:`probe_module_and_nodes`); with the module installed and a
+        declared :attr:`runtime` not set up, ``NOT_INSTALLED`` naming both and the fix."""
+        result = probe_module_and_nodes(self.spec, context)
+        if self.runtime and result.status != Status.NOT_INSTALLED:
+            missing = runtime_missing(self.runtime, context)
+            if missing:
+                return ProbeResult(Status.NOT_INSTALLED, f"{installed_label(self.spec.module)} is installed but {missing}",
+                                   result.evidence + (f"env {self.runtime['home_env']}={context.env.get(self.runtime['home_env'])!r}",))
+        return result
 
     def backend_class(self) -> Type[Backend]:
         """The Backend class (imports its module, and so torch, on first call)."""
@@ -60,7 +70,7 @@ class VendorPlugin:
     def load(self) -> Backend:
         from hal.plugin.backend import load_device_backend
 
-        return load_device_backend(self.spec, self.backend_class())
+        return load_device_backend(self.spec, self.backend_class(), self.runtime)
 
     @hookimpl
     def hal_backend_specs(self):

@@ -64,6 +64,11 @@ class ProbeContext:
     platform: str = field(default_factory=lambda: os.uname().sysname if hasattr(os, "uname") else "")
     machine: str = field(default_factory=lambda: os.uname().machine if hasattr(os, "uname") else "")
 
+    @classmethod
+    def without_torch(cls) -> "ProbeContext":
+        """The real machine, for a process where ``import torch`` fails (no torch facts)."""
+        return cls(torch=TorchFacts())
+
     def has_module(self, name: str) -> bool:
         """True when ``name`` is importable (found by ``importlib.util.find_spec``)."""
         try:
@@ -126,3 +131,33 @@ def probe_module_and_nodes(spec: BackendSpec, ctx: ProbeContext) -> ProbeResult:
     if spec.management_tool:
         why += f" and {spec.management_tool} {'found' if tool else 'not on PATH'}"
     return ProbeResult(Status.NO_DEVICE, why, tuple(evidence) or (why,))
+
+
+def installed_version(module: str) -> Optional[str]:
+    """The version of the distribution that installs ``module`` (``torch_npu`` -> torch-npu's), read from
+    its metadata without importing it; None when none is found."""
+    from importlib import metadata
+
+    try:
+        names = metadata.packages_distributions().get(module, [])
+        return metadata.version(names[0]) if names else None
+    except Exception:  # broken metadata: the version is only shown
+        return None
+
+
+def runtime_missing(runtime: Mapping[str, object], ctx: ProbeContext) -> Optional[str]:
+    """What is missing and the fix, when ``runtime`` (a backend.json ``runtime``: the vendor's toolkit beside its
+    package) is not set up -- its ``home_env`` unset or naming no folder ("the CANN toolkit is not set up
+    (ASCEND_HOME_PATH is unset): ...; then `npu-smi info` lists the devices"); None when it is."""
+    var = str(runtime["home_env"])
+    home = ctx.env.get(var)
+    if home and (ctx.root / home.lstrip("/")).is_dir():
+        return None
+    state = f"{var} is unset" if not home else f"{var}={home} is not a folder"
+    return f"{runtime['name']} is not set up ({state}): {runtime['setup']}; then `{runtime['check']}` lists the devices"
+
+
+def installed_label(module: Optional[str]) -> str:
+    """``torch_npu 2.14.0`` (the module and its distribution's version, where found)."""
+    version = installed_version(module) if module else None
+    return f"{module} {version}" if version else str(module)

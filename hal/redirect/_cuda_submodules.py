@@ -56,12 +56,15 @@ BACKENDS_CUDA_ANSWERS = {
     "can_use_efficient_attention": (False, "memory-efficient attention is a CUDA kernel"),
     "can_use_cudnn_attention": (False, "cuDNN attention is a CUDA kernel"),
 }
-#: torch.backends.cuda's settings: torch's own flags, left as they are
-BACKENDS_CUDA_SETTINGS = frozenset({
-    "allow_fp16_bf16_reduction_math_sdp", "fp16_bf16_reduction_math_sdp_allowed", "sdp_kernel",
-    "enable_cudnn_sdp", "enable_flash_sdp", "enable_math_sdp", "enable_mem_efficient_sdp",
-    "cudnn_sdp_enabled", "flash_sdp_enabled", "math_sdp_enabled", "mem_efficient_sdp_enabled",
-    "preferred_blas_library", "preferred_linalg_library", "preferred_rocm_fa_library"})
+#: torch.backends.cuda's settings: torch's own flags, left as they are -> the first torch of hal's window that
+#: has it (2.4: all of the window; make torch-window checks each)
+BACKENDS_CUDA_SETTINGS_SINCE = {
+    "allow_fp16_bf16_reduction_math_sdp": "2.5", "fp16_bf16_reduction_math_sdp_allowed": "2.5", "sdp_kernel": "2.4",
+    "enable_cudnn_sdp": "2.4", "enable_flash_sdp": "2.4", "enable_math_sdp": "2.4", "enable_mem_efficient_sdp": "2.4",
+    "cudnn_sdp_enabled": "2.4", "flash_sdp_enabled": "2.4", "math_sdp_enabled": "2.4",
+    "mem_efficient_sdp_enabled": "2.4", "preferred_blas_library": "2.4", "preferred_linalg_library": "2.4",
+    "preferred_rocm_fa_library": "2.7"}
+BACKENDS_CUDA_SETTINGS = frozenset(BACKENDS_CUDA_SETTINGS_SINCE)
 
 
 def submodules() -> List[object]:

@@ -19,7 +19,7 @@ def current() -> Optional[torch.device]:
     ``torch.accelerator``."""
     acc = getattr(torch, "accelerator", None)
     if acc is None:
-        return None
+        return _compiled_accelerator()
     try:
         try:
             return acc.current_accelerator(check_available=True)
@@ -27,6 +27,18 @@ def current() -> Optional[torch.device]:
             return acc.current_accelerator() if acc.is_available() else None
     except RuntimeError:  # 2.6: "Cannot access accelerator device when none is available"
         return None
+
+
+def _compiled_accelerator() -> Optional[torch.device]:
+    """Before torch.accelerator (2.4-2.5): the accelerator this torch was built for (``torch._C._get_accelerator``,
+    what vendor bridges of those releases ask too) where its device module sees a device."""
+    getter = getattr(torch._C, "_get_accelerator", None)
+    if getter is None:
+        return None
+    acc = getter()
+    module = getattr(torch, acc.type, None) if acc.type != "cpu" else None
+    available = getattr(module, "is_available", None)
+    return acc if available is not None and available() else None
 
 
 def is_available() -> bool:

@@ -119,7 +119,9 @@ def test_events_time_work_and_streams_nest():
 
 def test_a_node_of_devices_and_a_clear_error_beyond_it():
     # HAL_EMU_DEVICES (default 8, like one node): DDP scripts gate on device_count() >= N
-    assert torch.emu.device_count() == torch.accelerator.device_count() == 8
+    assert torch.emu.device_count() == 8
+    if hasattr(torch, "accelerator"):  # torch 2.6+
+        assert torch.accelerator.device_count() == 8
     torch.emu.set_device(3)
     try:
         x = torch.ones(2, device="emu")
@@ -156,7 +158,7 @@ def test_training_steps_match_the_cpu_bit_for_bit():
 def test_state_dict_saves_and_loads_through_the_host(tmp_path):
     lin = torch.nn.Linear(3, 2).to("emu")
     torch.save(lin.state_dict(), tmp_path / "m.pt")
-    loaded = torch.load(tmp_path / "m.pt", map_location="cpu")
+    loaded = torch.load(tmp_path / "m.pt", map_location="cpu", weights_only=False)
     assert torch.equal(loaded["weight"], lin.weight.detach().cpu())
 
 

@@ -54,11 +54,11 @@ def test_save_and_load_restore_tensors_on_their_device():
     torch.save({"x": torch.ones(2, device="emu"), "model": model.state_dict()}, buf)
     for kwargs in ({}, {"weights_only": True}):
         buf.seek(0)
-        state = torch.load(buf, **kwargs)  # location tags emu:0 / emu:1, as cuda:0 on CUDA
+        state = torch.load(buf, weights_only=False, **kwargs)  # location tags emu:0 / emu:1, as cuda:0 on CUDA
         assert state["x"].device == torch.device("emu", 0)
         assert state["model"]["weight"].device == torch.device("emu", 1)
     buf.seek(0)
-    on_cpu = torch.load(buf, map_location="cpu")
+    on_cpu = torch.load(buf, map_location="cpu", weights_only=False)
     assert on_cpu["x"].device.type == "cpu" and torch.equal(on_cpu["model"]["bias"], model.bias.detach().cpu())
     # and the loaded tensors are usable with the others of the device
     assert (state["x"] + torch.ones(2, device="emu")).device.type == "emu"

@@ -21,7 +21,14 @@ import torch
 import hal.checkpoint as ckpt
 from hal.dist.launch import spawn
 
-pytestmark = [pytest.mark.dist, pytest.mark.slow]
+try:
+    from torch.distributed.fsdp import fully_shard  # noqa: F401
+    _FSDP2 = True
+except ImportError:
+    _FSDP2 = False
+pytestmark = [pytest.mark.dist, pytest.mark.slow, pytest.mark.skipif(
+    not _FSDP2, reason="this torch has no torch.distributed.fsdp.fully_shard (2.6 has it): torch 2.4's FSDP2 "
+                       "prototype (torch.distributed._composable.fsdp) initialises CUDA on a CPU job")]
 
 WORKER = str(Path(__file__).with_name("_reshard_worker.py")) + ":train"
 ENV = {"HAL_BACKEND": "cpu"}

@@ -111,6 +111,7 @@ def test_torch_keeps_the_real_answers_after_the_users_sites_are_known(cpu_backen
     assert all(not r["where"].startswith("<") for r in t.log.rows("redirected"))
 
 
+@pytest.mark.skipif(not hasattr(torch, "accelerator"), reason=f"torch {torch.__version__} has no torch.accelerator (2.6+)")
 def test_torch_accelerator_is_recorded_at_the_users_line(cpu_backend, monkeypatch):
     monkeypatch.setattr(torch._C, "_accelerator_getAccelerator", lambda: torch.device("cuda"))
     with hal.redirect.enable(cpu_backend) as t:
