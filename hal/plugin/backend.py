@@ -18,6 +18,7 @@ import torch
 
 from hal._errors import BackendUnavailable, NoDevice, NotSupported
 from hal.plugin.spec import BackendSpec
+from hal.util import accelerator
 from hal.util.own_ops import own_ops
 
 #: dtypes hal checks, most common first
@@ -194,8 +195,11 @@ class Backend:
 
     def pin_memory(self, tensor: torch.Tensor) -> torch.Tensor:
         """Page-locked copy of a host tensor, for fast asynchronous copies to the device."""
-        # torch pins for the current accelerator; the device argument is deprecated
-        return tensor.pin_memory() if tensor.device.type == "cpu" else tensor
+        if tensor.device.type != "cpu":
+            return tensor
+        if self.device_type != "cpu" and not accelerator.has_api():
+            return tensor.pin_memory(self.device_type)  # torch 2.4-2.5 pin for CUDA unless told the device
+        return tensor.pin_memory()  # torch pins for the current accelerator; the device argument is deprecated
 
     # -- RNG --------------------------------------------------------------------------
     def manual_seed(self, seed: int) -> None:

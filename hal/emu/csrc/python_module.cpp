@@ -206,12 +206,9 @@ void boxed_python_fallback(const c10::OperatorHandle& op, torch::jit::Stack* sta
     if (arguments[i].kwarg_only()) kwargs[arguments[i].name().c_str()] = v;
     else args.append(v);
   }
-  py::object out;
-  try {
-    out = (*g_python_fallback)(overload_of(op), *args, **kwargs);
-  } catch (py::error_already_set& e) {
-    throw std::runtime_error(e.what());
-  }
+  // a Python exception travels as py::error_already_set: torch's bindings restore it as it was raised (a
+  // NotImplementedError stays one, as hal.fallback and torch's callers expect)
+  py::object out = (*g_python_fallback)(overload_of(op), *args, **kwargs);
   const auto& returns = schema.returns();
   if (returns.size() == 1) {
     stack->push_back(torch::jit::toIValue(out, returns[0].type()));
