@@ -38,7 +38,7 @@ def install(t: Redirection) -> None:
                 # with a warning CUDA never gives and run disabled: run disabled, and say so here.
                 t.log.redirected("torch.autocast('cuda')", f"not entered: {t.device_type}'s autocast has no {dtype} "
                                  f"(float32 ops run as they are, as under CUDA's)")
-                enabled = False
+                enabled, dtype = False, None  # torch 2.4-2.6 check the dtype (and warn) even when disabled
             else:
                 t.log.redirected("torch.autocast('cuda')", f"torch.autocast({t.device_type!r}, dtype={dtype})"
                                  + (" with CUDA's op lists" if cuda_policy else ""))

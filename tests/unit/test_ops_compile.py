@@ -32,9 +32,15 @@ def _cases():
     }
 
 
+OLD_TORCH = tuple(int(p) for p in torch.__version__.split(".")[:2]) < (2, 6)
+
+
 @pytest.mark.parametrize("name", sorted(_cases()))
 def test_opcheck(name):
     op, args = _cases()[name]
+    if name == "fused_adamw_" and OLD_TORCH:
+        pytest.skip(f"torch {torch.__version__}'s opcheck cannot functionalize a custom op that mutates a list of "
+                    f"tensors (test_aot_dispatch_dynamic: 'outputs have alias annotations'); 2.6 can")
     torch.library.opcheck(op, args)
 
 
@@ -60,6 +66,8 @@ class Block(torch.nn.Module):
         return hal.ops.softmax(hal.ops.swiglu(self.proj(h)), causal=False, scale=2.0)
 
 
+@pytest.mark.skipif(OLD_TORCH, reason=f"torch {torch.__version__}'s torch.export warns that it keeps composite "
+                                       f"custom ops at pre-dispatch (warnings are errors here); 2.6 does not")
 def test_torch_export_keeps_one_node_per_op():
     ep = torch.export.export(Block(), (torch.randn(4, 16),))
     targets = [str(n.target) for n in ep.graph.nodes if n.op == "call_function"]

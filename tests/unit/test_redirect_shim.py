@@ -174,12 +174,14 @@ def test_torch_accelerator_answers_the_user_as_torch_cuda_does_and_torch_gets_th
     inside = {"__name__": "torch.fake_internal", "torch": torch}
     with hal.redirect.enable(cpu_backend):
         user = (torch.accelerator.current_accelerator(), torch.accelerator.is_available(),
-                torch.accelerator.device_count(), torch.accelerator.current_device_index(),
-                torch.accelerator.memory_allocated())
-        with torch.accelerator.device_index(0):
-            torch.accelerator.synchronize()
+                torch.accelerator.device_count(), torch.accelerator.current_device_index())
+        if hasattr(torch.accelerator, "memory_allocated"):  # its memory API: torch 2.9+
+            user += (torch.accelerator.memory_allocated(),)
+        if hasattr(torch.accelerator, "device_index"):  # 2.7+
+            with torch.accelerator.device_index(0):
+                torch.accelerator.synchronize()
         exec("answer = torch.accelerator.current_accelerator()", inside)
-    assert user == (torch.device("cuda"), True, 1, 0, 0)
+    assert user == (torch.device("cuda"), True, 1, 0, 0)[:len(user)]
     assert inside["answer"] == torch.device("cuda")  # torch itself still sees what it was built with
     assert torch.accelerator.is_available is not None and not hasattr(torch.accelerator.is_available, "__hal_for_user__")
 

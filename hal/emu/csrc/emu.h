@@ -35,9 +35,11 @@
 // PrivateUse1HooksInterface: a const getDefaultGenerator and isPinnedPtr (pinned memory through the hooks) from 2.5;
 // before, pinning is the aten ops is_pinned / _pin_memory dispatched to PrivateUse1 (aten_kernels.cpp)
 #define HAL_EMU_PINNED_HOOKS HAL_EMU_TORCH_AT_LEAST(2, 5)
-// getNewGenerator in the hooks and DeviceGuardImplInterface::synchronizeDevice: 2.6; before, a new generator
-// is made through REGISTER_GENERATOR_PRIVATEUSE1 (generator.cpp)
-#define HAL_EMU_HOOKS_NEW_GENERATOR HAL_EMU_TORCH_AT_LEAST(2, 6)
+// getNewGenerator in the hooks and DeviceGuardImplInterface::synchronizeDevice: 2.6
+#define HAL_EMU_HOOKS_2_6 HAL_EMU_TORCH_AT_LEAST(2, 6)
+// torch.Generator(device=...) asks the hooks from 2.7; before, the generator registered with
+// REGISTER_GENERATOR_PRIVATEUSE1 (generator.cpp)
+#define HAL_EMU_GENERATOR_FROM_HOOKS HAL_EMU_TORCH_AT_LEAST(2, 7)
 // the hooks' isBuilt / isAvailable, and getStream / exchangeStream no longer noexcept: 2.7
 #define HAL_EMU_HOOKS_AVAILABILITY HAL_EMU_TORCH_AT_LEAST(2, 7)
 // torch.library.Library.fallback (a boxed fallback written in Python): 2.5; before, python_module.cpp registers a

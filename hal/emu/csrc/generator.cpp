@@ -9,7 +9,7 @@
 #include "emu.h"
 
 #include <ATen/CPUGeneratorImpl.h>
-#if !HAL_EMU_HOOKS_NEW_GENERATOR
+#if !HAL_EMU_GENERATOR_FROM_HOOKS
 #include <ATen/core/GeneratorForPrivateuseone.h>
 #endif
 #include <ATen/core/MT19937RNGEngine.h>
@@ -162,8 +162,8 @@ at::Generator new_generator(c10::DeviceIndex index) {
   return at::make_generator<Generator>(index, c10::default_rng_seed_val);
 }
 
-#if !HAL_EMU_HOOKS_NEW_GENERATOR
-// torch.Generator(device="emu") before the hooks' getNewGenerator (torch 2.4 and 2.5)
+#if !HAL_EMU_GENERATOR_FROM_HOOKS
+// torch.Generator(device="emu") before torch asks the hooks for it (2.4-2.6)
 REGISTER_GENERATOR_PRIVATEUSE1(new_generator)
 #endif
 

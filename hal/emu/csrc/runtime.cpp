@@ -179,7 +179,7 @@ struct GuardImpl final : c10::impl::DeviceGuardImplInterface {
   bool queryStream(const c10::Stream&) const override { return true; }
   void synchronizeStream(const c10::Stream&) const override {}
   void synchronizeEvent(void*) const override {}
-#if HAL_EMU_HOOKS_NEW_GENERATOR
+#if HAL_EMU_HOOKS_2_6
   void synchronizeDevice(const c10::DeviceIndex) const override {}
 #endif
   void recordDataPtrOnStream(const c10::DataPtr&, const c10::Stream&) const override {}
@@ -239,7 +239,7 @@ struct Hooks final : at::PrivateUse1HooksInterface {
 #endif
     return default_generator(index);
   }
-#if HAL_EMU_HOOKS_NEW_GENERATOR
+#if HAL_EMU_HOOKS_2_6
   at::Generator getNewGenerator(c10::DeviceIndex index) const override { return new_generator(index); }
 #endif
   at::Device getDeviceFromPtr(void*) const override { return device(-1); }
