@@ -13,6 +13,9 @@ CPU_TORCH = TorchFacts(version="2.13.0+cpu")
 CUDA_TORCH = TorchFacts(version="2.13.0+cu128", cuda="12.8")
 
 
+CANN = "/usr/local/Ascend/ascend-toolkit/latest"
+
+
 def make_ctx(tmp_path, nodes=(), tools=(), env=None, torch=CPU_TORCH, modules=()):
     root = tmp_path / "root"
     bindir = tmp_path / "bin"
@@ -27,6 +30,9 @@ def make_ctx(tmp_path, nodes=(), tools=(), env=None, torch=CPU_TORCH, modules=()
         p.write_text("#!/bin/sh\nexit 0\n")
         p.chmod(p.stat().st_mode | stat.S_IEXEC)
     e = {"PATH": str(bindir)}
+    if "torch_npu" in modules:  # an Ascend machine has CANN set up (its set_env.sh sets ASCEND_HOME_PATH)
+        (root / CANN.lstrip("/")).mkdir(parents=True, exist_ok=True)
+        e["ASCEND_HOME_PATH"] = CANN
     e.update(env or {})
     mods = set(modules)
     return ProbeContext(root=root, env=e, torch=torch,
@@ -138,6 +144,8 @@ def test_probe_root_env_var(tmp_path, monkeypatch):
     (tmp_path / "dev").mkdir()
     (tmp_path / "dev" / "davinci3").touch()
     monkeypatch.setenv("HAL_PROBE_ROOT", str(tmp_path))
+    (tmp_path / CANN.lstrip("/")).mkdir(parents=True)
+    monkeypatch.setenv("ASCEND_HOME_PATH", CANN)
     ctx = ProbeContext(find_spec=lambda n: object() if n == "torch_npu" else None)
     res = probe(ctx, "ascend")
     assert res.status is Status.AVAILABLE
