@@ -117,10 +117,31 @@ def cuda_driver(runtime: str, driver_branch: Optional[str], driver_cuda: Optiona
     return out
 
 
+def torch_floor() -> Optional[str]:
+    """The oldest torch hal declares (its ``torch>=`` requirement, read from the installed package's metadata:
+    the one place it is written, pyproject.toml); None when the metadata is not there."""
+    from importlib import metadata
+
+    try:
+        requires = metadata.requires("hal") or []
+    except metadata.PackageNotFoundError:
+        return None
+    for req in requires:
+        m = re.match(r"^torch\s*>=\s*([0-9][0-9.]*)\s*(;|$)", req)
+        if m:
+            return m.group(1)
+    return None
+
+
 def check(backend_name: str, versions: Dict[str, str]) -> List[dict]:
     """Findings for the selected backend's versions (``torch``, ``runtime``, ``driver``, vendor module)."""
     torch_v = versions.get("torch", "")
     findings: List[dict] = []
+    floor = torch_floor()
+    if floor and torch_v and vtuple(torch_v) < vtuple(floor):
+        findings.append(_finding("FAIL", f"torch {torch_v} is older than hal's floor {floor} (the oldest torch hal "
+                                         f"is tested on, docs/torch-window.md): hal needs torch {floor} or newer, "
+                                         f"from PyPI or a vendor stack built on it"))
     if backend_name == "cuda" and versions.get("runtime"):
         findings += cuda_driver(versions["runtime"], versions.get("driver_branch"), versions.get("driver"))
     elif backend_name == "ascend" and versions.get("torch_npu"):

@@ -86,3 +86,21 @@ def test_unreadable_data_path_fails(tmp_path):
     f.write_text("x")
     f.chmod(0)
     assert "not readable" in data([str(f)])["summary"]
+
+
+def test_a_torch_older_than_hals_floor_fails_the_versions_check(monkeypatch):
+    from hal.doctor import compat
+
+    monkeypatch.setattr(compat, "torch_floor", lambda: "2.4")
+    old = compat.check("cpu", {"torch": "2.3.1+cpu"})
+    assert old[0]["status"] == "FAIL" and "torch 2.3.1+cpu is older than hal's floor 2.4" in old[0]["message"]
+    assert all(f["status"] != "FAIL" for f in compat.check("cpu", {"torch": "2.4.1+cu121"}))
+
+
+def test_hals_floor_is_read_from_its_own_requirement():
+    from importlib import metadata
+
+    from hal.doctor import compat
+
+    declared = [r for r in metadata.requires("hal") if r.startswith("torch>=")]
+    assert declared and compat.torch_floor() == declared[0].split(">=")[1].split(";")[0].strip()
