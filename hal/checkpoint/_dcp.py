@@ -139,15 +139,20 @@ def _one_process(group):
         yield
 
 
+def _takes(fn, name: str) -> bool:
+    """True where this torch's ``fn`` has the parameter ``name`` (DCP's signatures grow release by release)."""
+    import inspect
+
+    return name in inspect.signature(fn).parameters
+
+
 def _scope(group, fn) -> dict:
     """``process_group`` / ``no_dist`` for DCP's ``save`` / ``load`` (``fn``): ``group`` None is one process.
     torch 2.4's DCP has no ``no_dist``: it works in one process when no process group is initialized, and
     cannot inside a job that has one."""
-    import inspect
-
     import torch.distributed as dist
 
-    if "no_dist" in inspect.signature(fn).parameters:
+    if _takes(fn, "no_dist"):
         return {"process_group": group, "no_dist": group is None}
     if group is None and dist.is_available() and dist.is_initialized():
         raise CheckpointError(f"a one-process DCP save or load inside a distributed job is not possible on torch "
@@ -338,20 +343,21 @@ def start(step_dir: Path, st: dict, rank: int, group, async_save: bool,
 
     folder = step_dir / FOLDER
     writer = _writer(folder)
-    kw = dict(storage_writer=writer, **_scope(group, dcp.save))
     try:
         folder.mkdir(exist_ok=True)
         if group is None:
             with _one_process(None):
-                dcp.save(st, **kw)
+                dcp.save(st, storage_writer=writer, **_scope(None, dcp.save))
             return Pending(folder, rank, writer)
         if async_save:
-            if stage is not None:
+            kw = dict(storage_writer=writer, **_scope(group, dcp.async_save))
+            if stage is not None and _takes(dcp.async_save, "async_stager"):
                 st = stage.stage(st)
                 kw["async_stager"] = _staged_as_is()
+            # else (torch before async_stager, 2.7 among them): DCP stages the state to host memory itself
             fut = dcp.async_save(st, **kw)
             return Pending(folder, rank, writer, future=getattr(fut, "upload_completion", fut))
-        dcp.save(st, **kw)
+        dcp.save(st, storage_writer=writer, **_scope(group, dcp.save))
     except BaseException as exc:  # noqa: BLE001 - every rank must reach the commit
         return Pending(folder, rank, writer, error=exc)
     return Pending(folder, rank, writer)
