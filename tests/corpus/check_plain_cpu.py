@@ -36,7 +36,6 @@ import json
 import os
 import re
 import resource
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -113,8 +112,9 @@ def command_for(entry, python=sys.executable, hal=None, scripts=SCRIPTS, args=No
     # torchrun's console options (torchtitan's launch: --local-ranks-filter 0 --role rank --tee 3)
     launcher = list(entry.get("torchrun_args", [])) if n >= 1 else []
     if hal:
-        exe = shutil.which("hal") or "hal"
-        return [exe, "run", *([f"--nproc-per-node={n}"] if n >= 1 else []), *launcher, *target, *args]
+        # this interpreter's hal (python -m hal is the `hal` script's entry): a `hal` found on PATH may be
+        # another environment's install, tested silently in its place
+        return [python, "-m", "hal", "run", *([f"--nproc-per-node={n}"] if n >= 1 else []), *launcher, *target, *args]
     if n >= 1:
         return [python, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={n}", *launcher,
                 *target, *args]

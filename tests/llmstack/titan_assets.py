@@ -119,7 +119,7 @@ def _make_dataset(path, words, table, tok):
 def _make_seed_checkpoint(path, assets):
     """torchtitan's seed checkpoint of the debug model, one process, through hal run on the cpu backend."""
     env = dict(os.environ, HAL_BACKEND="cpu", OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
-    cmd = [shutil.which("hal") or "hal", "run", "--quiet", "--nproc-per-node", "1", "-m", "torchtitan.train",
+    cmd = [sys.executable, "-m", "hal", "run", "--quiet", "--nproc-per-node", "1", "-m", "torchtitan.train",
            "--job.config_file", SEED_CONFIG, "--job.dump_folder", path,
            "--model.hf_assets_path", os.path.join(assets, "tokenizer"),
            "--training.dataset_path", os.path.join(assets, "c4_local"),
