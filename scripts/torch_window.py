@@ -3,13 +3,15 @@
     python scripts/torch_window.py                          # every version of WINDOW (hours, ~6 GB each)
     python scripts/torch_window.py --versions 2.15.0 --keep # one version; keep its venv for a rerun
     python scripts/torch_window.py --render                 # docs/torch-window.md from the results so far
+    python scripts/torch_window.py --only-targets           # only hal/data/redirect_targets.json (torch + collect)
 
 Per version: ``build/torch-window/<version>/venv`` with PyPI's build of that torch (CUDA-linked: it
 imports and runs on the CPU without a GPU); the machine's pip constraint file caps torch, so a version
 above the cap is installed with ``PIP_CONSTRAINT=/dev/null`` for that venv's pip (an empty value does
 not lift it); ``git archive HEAD`` exported to ``build/torch-window/<version>/src`` and set up there by
 ``scripts/setup.sh`` (which keeps the venv's torch and pins every extra to it; the emulator compiles
-against it); then the checks of :data:`CHECKS`, each with a time limit.  Results go to
+against it); then the checks of :data:`CHECKS`, each with a time limit, and the redirection's targets on
+that release (``scripts/redirect_targets.py``; all releases' are merged into hal/data/redirect_targets.json).  Results go to
 ``build/torch-window/results.json`` (one entry per version, replaced by a rerun) and the table to
 ``docs/torch-window.md`` with the date.  Not in CI: CI stays on the torch it installs.
 """
@@ -80,7 +82,30 @@ def _venv_env(venv: Path, extra=None) -> dict:
     return env
 
 
-def one_version(version: str, keep: bool) -> dict:
+#: the redirection's targets on one release: hal/data/redirect_targets.json is merged from these (--only-targets)
+TARGETS = "targets.json"
+#: what ``hal.redirect`` needs to import without ``scripts/setup.sh`` (``--only-targets``)
+TARGETS_DEPS = ["pluggy>=1.3", "numpy>=1.24"]
+
+
+def _collect_targets(python: str, src: Path, out: Path, env: dict, pythonpath: bool, backend: str = "cpu") -> dict:
+    """``scripts/redirect_targets.py collect`` in the venv on ``backend``; with ``pythonpath`` the export is
+    imported from ``src`` (not installed) and the Python wrappers are used (the C ones are not built there)."""
+    extra = {"HAL_BACKEND": backend}
+    if pythonpath:
+        extra.update(PYTHONPATH=str(src), HAL_REDIRECT_NATIVE="0", HAL_OPS_NATIVE="0")
+    return _run([python, "scripts/redirect_targets.py", "collect", "-o", str(out)], src, dict(env, **extra), 300)
+
+
+def write_targets() -> None:
+    """hal/data/redirect_targets.json from every release's collection under build/torch-window."""
+    found = sorted(OUT.glob("*/targets*.json"))
+    if found:
+        subprocess.run([sys.executable, "scripts/redirect_targets.py", "write", *map(str, found)], cwd=ROOT,
+                       check=True)
+
+
+def one_version(version: str, keep: bool, only_targets: bool = False) -> dict:
     here = OUT / version
     venv, src = here / "venv", here / "src"
     python = str(venv / "bin" / "python")
@@ -106,12 +131,21 @@ def one_version(version: str, keep: bool) -> dict:
     src.mkdir()
     archive = subprocess.run(["git", "archive", "HEAD"], cwd=ROOT, capture_output=True, check=True).stdout
     subprocess.run(["tar", "-x", "-C", str(src)], input=archive, check=True)
+    if only_targets:
+        print(f"[{version}] the redirection's targets", flush=True)
+        rec["steps"]["install deps"] = _run([python, "-m", "pip", "install", "-q", *TARGETS_DEPS], here, env, 600)
+        rec["steps"]["redirect targets"] = _collect_targets(python, src, here / TARGETS, env, pythonpath=True)
+        if not keep:
+            shutil.rmtree(venv, ignore_errors=True)
+        return rec
     print(f"[{version}] scripts/setup.sh in a clean export", flush=True)
     setup_env = dict(env, PYTHON=python, HAL_SETUP_LLMSTACK="0")
     rec["steps"]["setup"] = _run(["bash", "scripts/setup.sh"], src, setup_env, 3600)
     for name, cmd, extra, limit in CHECKS:
         print(f"[{version}] {name}", flush=True)
         rec["steps"][name] = _run(cmd, src, dict(env, **extra), limit)
+    rec["steps"]["redirect targets"] = _collect_targets(python, src, here / TARGETS, env, pythonpath=False)
+    _collect_targets(python, src, here / "targets-emu.json", env, pythonpath=False, backend="emu")
     print(f"[{version}] tests: {' '.join(TESTS)}", flush=True)
     junit = here / "junit.xml"
     rec["steps"]["tests"] = _run([python, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={junit}",
@@ -142,7 +176,7 @@ def render(results: dict) -> str:
              "`examples/cuda_train.py` alone and as a 2-rank DDP job on cpu and emu) and the test subset",
              f"(`{' '.join(TESTS)}`). CI runs on torch 2.13 only; these results are measured on this project's",
              "2-core machine on the date given. A cell is `ok` or the exit code with the last line of output.", ""]
-    steps = ["setup"] + [c[0] for c in CHECKS]
+    steps = ["setup"] + [c[0] for c in CHECKS] + ["redirect targets"]
     lines.append("| torch | date, commit | " + " | ".join(steps) + " | tests |")
     lines.append("|---|---|" + "---|" * (len(steps) + 1))
     for version in sorted(results, key=lambda v: tuple(int(x) for x in re.findall(r"\d+", v))):
@@ -171,8 +205,18 @@ def main(argv=None) -> int:
     p.add_argument("--versions", default=",".join(WINDOW), help="comma list (default: %(default)s)")
     p.add_argument("--keep", action="store_true", help="keep each venv (about 6 GB) for a rerun")
     p.add_argument("--render", action="store_true", help="only write docs/torch-window.md from the results so far")
+    p.add_argument("--only-targets", action="store_true",
+                   help="per version only torch and the redirection's targets (minutes, not hours), then "
+                        "hal/data/redirect_targets.json from every version collected so far")
     args = p.parse_args(argv)
     results = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+    if args.only_targets:
+        for version in [v.strip() for v in args.versions.split(",") if v.strip()]:
+            rec = one_version(version, args.keep, only_targets=True)
+            bad = {k: r for k, r in rec["steps"].items() if r["rc"] != 0}
+            print(f"[{version}] " + ("; ".join(f"{k}: rc {r['rc']}: {r['last']}" for k, r in bad.items()) or "ok"))
+        write_targets()
+        return 0
     if not args.render:
         for version in [v.strip() for v in args.versions.split(",") if v.strip()]:
             results[version] = one_version(version, args.keep)
@@ -182,6 +226,8 @@ def main(argv=None) -> int:
             os.replace(tmp, RESULTS)
     DOC.write_text(render(results))
     print(f"wrote {DOC.relative_to(ROOT)} ({len(results)} versions)")
+    if not args.render:
+        write_targets()
     return 0
 
 

@@ -249,19 +249,30 @@ def transport() -> dict:
 
 
 def redirect() -> dict:
-    """What ``hal run``'s redirection patches on this torch: every target found (OK), or the targets this
-    torch lacks, which hal leaves absent and does not redirect (WARN, named)."""
+    """What ``hal run``'s redirection patches on this torch, held against its table of targets
+    (hal/data/redirect_targets.json): OK when every target the table has on this release is present (those
+    it says this torch lacks are named); WARN naming each target this torch lacks though the table
+    has it here (moved or renamed: the redirection of that call silently stops)."""
     import torch
 
-    from hal.redirect import enable
+    from hal.redirect import enable, targets as redirect_targets
 
     with enable() as t:
         patched, missing = len(t.patched), list(t.not_patched)
+        held = redirect_targets.walk(t)
+    checked = redirect_targets.table()["checked_on"]
     summary = f"torch {torch.__version__}: {patched} attributes redirected"
-    if missing:
-        return _result(WARN, summary + f"; not redirected on this torch (absent): {', '.join(missing)}",
-                       patched=patched, not_patched=missing, torch=torch.__version__)
-    return _result(OK, summary + ", every target present", patched=patched, not_patched=[], torch=torch.__version__)
+    facts = dict(patched=patched, not_patched=missing, torch=torch.__version__, checked_on=checked, **held)
+    if held["absent_moved"]:
+        return _result(WARN, summary + f"; not redirected on this torch (absent): {', '.join(held['absent_moved'])}"
+                       f" (hal's table of targets has them on this release; checked on torch {', '.join(checked)})",
+                       **facts)
+    if held["absent_expected"]:
+        summary += (f"; {len(held['absent_expected'])} absent as hal's table says for this release: "
+                    f"{', '.join(held['absent_expected'])}")
+    else:
+        summary += ", every target present"
+    return _result(OK, summary, **facts)
 
 
 #: check name → (function, default time limit in seconds)

@@ -4,6 +4,7 @@ patches and their undo, the log) and :func:`active`.  The parts import this; ``_
 from __future__ import annotations
 
 import os
+import sys
 import threading
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
@@ -103,6 +104,9 @@ class Redirection:
         #: ``module.attribute`` / ``module.Class.attribute`` of each patch target this torch lacks
         #: (:meth:`patch` leaves them absent)
         self.not_patched: List[str] = []
+        #: patch target -> the part of the shim that patched it (``cuda_module``, ``devices``, ...): the
+        #: table's ``group`` (hal/data/redirect_targets.json)
+        self.patch_sites: Dict[str, str] = {}
         self._cpu = torch.device("cpu")
         #: device argument (``"cuda"``, ``"cuda:0"``, ``torch.device("cuda")``, ``0``, ``"cpu"`` ...) -> the
         #: backend device that stands in for it, or False where it is not CUDA's; only answers that cannot
@@ -178,11 +182,16 @@ class Redirection:
 
         As pytest's ``monkeypatch.setattr`` (``raising=True``): a target this torch does not have is
         not created (code that looks for it would find hal's instead, and nothing would call it), but
-        listed in :attr:`not_patched` and logged as a call hal does not redirect on this torch."""
+        listed in :attr:`not_patched` and logged as a call hal does not redirect on this torch, with
+        what hal's table of targets (:mod:`hal.redirect.targets`) says of it: absent as expected on
+        this torch, or moved."""
+        target = _target_name(owner, name)
+        self.patch_sites[target] = _patching_part()
         if not hasattr(owner, name):
-            target = _target_name(owner, name)
+            from hal.redirect.targets import absent_reason
+
             self.not_patched.append(target)
-            self.log.not_redirected(target, f"torch {torch.__version__} has no such attribute: hal leaves it absent")
+            self.log.not_redirected(target, absent_reason(target))
             return
         old = owner.__dict__.get(name, _MISSING) if isinstance(owner, type) else getattr(owner, name, _MISSING)
         self._undo.append((owner, name, old))
@@ -207,6 +216,21 @@ class Redirection:
             else:
                 setattr(owner, name, old)
         self._undo.clear()
+
+
+_SHARED_PARTS = frozenset({__name__, "hal.redirect._split"})
+
+
+def _patching_part() -> str:
+    """``devices``, ``cuda_module``, ...: the shim's module that called :meth:`Redirection.patch` (past
+    the shared helpers), or the caller's module name where it is not the shim's."""
+    f = sys._getframe(2)
+    while f is not None and f.f_globals.get("__name__") in _SHARED_PARTS:
+        f = f.f_back
+    module = f.f_globals.get("__name__", "?") if f is not None else "?"
+    if module.startswith("hal.redirect._"):
+        return module[len("hal.redirect._"):]
+    return module[len("hal."):] if module.startswith("hal.") else module
 
 
 def _target_name(owner, name: str) -> str:
