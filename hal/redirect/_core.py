@@ -190,8 +190,9 @@ class Redirection:
         if not hasattr(owner, name):
             from hal.redirect.targets import absent_reason
 
-            self.not_patched.append(target)
-            self.log.not_redirected(target, absent_reason(target))
+            if target not in self.not_patched:  # some targets are patched by two parts (a wrapper of a wrapper)
+                self.not_patched.append(target)
+                self.log.not_redirected(target, absent_reason(target))
             return
         old = owner.__dict__.get(name, _MISSING) if isinstance(owner, type) else getattr(owner, name, _MISSING)
         self._undo.append((owner, name, old))
