@@ -49,7 +49,7 @@ def cache_key() -> str:
         h.update(os.path.basename(path).encode())
         with open(path, "rb") as f:
             h.update(f.read())
-    for part in (torch.__version__, str(getattr(torch.version, "git_version", "")), str(torch._C._GLIBCXX_USE_CXX11_ABI),
+    for part in (torch.__version__, str(getattr(torch.version, "git_version", "")), str(torch.compiled_with_cxx11_abi()),
                  sys.version, sysconfig.get_platform(), " ".join(CFLAGS)):
         h.update(part.encode())
     return h.hexdigest()[:16]

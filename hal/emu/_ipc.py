@@ -35,7 +35,7 @@ def _shared_storage(tensor: torch.Tensor) -> torch.UntypedStorage:
     host = C.host_storage(tensor)
     if host is None or not host.is_shared():
         nbytes = tensor.untyped_storage().nbytes()
-        host = torch.UntypedStorage._new_shared(max(nbytes, 1))
+        host = torch.UntypedStorage(max(nbytes, 1)).share_memory_()
         C.move_to_host_storage(tensor, host)
     return host
 

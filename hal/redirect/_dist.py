@@ -89,7 +89,6 @@ def _install_data_parallel(t: Redirection) -> None:
     def dp_init(self, module, device_ids=None, output_device=None, dim=0):
         # what torch's DataParallel does where no GPU is visible: the module itself, in this process
         torch.nn.Module.__init__(self)
-        torch._C._log_api_usage_once("torch.nn.DataParallel")
         self.module = module
         self.device_ids = []
         self.dim = dim
