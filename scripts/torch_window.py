@@ -92,8 +92,12 @@ def _collect_targets(python: str, src: Path, out: Path, env: dict, pythonpath: b
     """``scripts/redirect_targets.py collect`` in the venv on ``backend``; with ``pythonpath`` the export is
     imported from ``src`` (not installed) and the Python wrappers are used (the C ones are not built there)."""
     extra = {"HAL_BACKEND": backend}
-    if pythonpath:
-        extra.update(PYTHONPATH=str(src), HAL_REDIRECT_NATIVE="0", HAL_OPS_NATIVE="0")
+    if pythonpath:  # the built-in plugins' package is src/backends, installed as hal_backends
+        links = out.parent / "pythonpath"
+        links.mkdir(exist_ok=True)
+        if not (links / "hal_backends").exists():
+            (links / "hal_backends").symlink_to(src / "backends", target_is_directory=True)
+        extra.update(PYTHONPATH=f"{src}{os.pathsep}{links}", HAL_REDIRECT_NATIVE="0", HAL_OPS_NATIVE="0")
     return _run([python, "scripts/redirect_targets.py", "collect", "-o", str(out)], src, dict(env, **extra), 300)
 
 
