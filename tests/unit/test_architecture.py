@@ -191,3 +191,105 @@ def test_no_private_import_across_packages():
     # free to change (make it public where the package means it to be used, or move the code)
     bad = [f"{where}: {m} imports {what}" for where, m, what in _private_imports()]
     assert not bad, "private names imported from outside their package:\n" + "\n".join(bad)
+
+
+#: the private torch names hal and its reference plugins use, each because no public API on the window's oldest
+#: torch (2.4) does the same (docs/torch-window.md); a new one fails :func:`test_private_torch_names_are_the_listed_ones`
+_OPTIMIZER_KERNELS = "the fused optimizer kernels torch.optim itself calls (hal.ops' fused steps compare with them)"
+_REGISTRY = "the operator registry: no public API lists operators, schemas or the kernels registered per key"
+_DEVICE_PLUGIN = "how an out-of-tree device registers with torch (what torch's own PrivateUse1 tutorial uses)"
+_COMPILE = "torch.compile's internals a device plugin hooks into (no public registration API on 2.4)"
+PRIVATE_TORCH_NAMES = {
+    "torch._C": "DispatchKey, TensorBase, Generator: types that torch re-exports nowhere public",
+    "torch._C._DisableAutocast": "autocast off for every device type at once in the CUDA autocast policy (torch.autocast takes one type)",
+    "torch._C._are_functorch_transforms_active": "hal.ops' entry takes the composite route under vmap/grad",
+    "torch._C._len_torch_dispatch_stack": "hal.ops' entry takes the composite route under a dispatch mode",
+    "torch._C._cuda_getDriverVersion": "the CUDA driver version without initialising CUDA (hal doctor)",
+    "torch._C._current_autograd_node": "the backward node running: where an op or a gradient bucket comes from",
+    "torch._C._current_graph_task_id": "whether a backward pass is running (communication time per step)",
+    "torch._C._dispatch_has_computed_kernel_for_dispatch_key": _REGISTRY,
+    "torch._C._dispatch_has_kernel_for_dispatch_key": _REGISTRY,
+    "torch._C._dispatch_key_for_device": "the dispatch key of a device type, for a device's operator profile",
+    "torch._C._dispatch_get_all_op_names": _REGISTRY,
+    "torch._C._jit_get_all_schemas": _REGISTRY,
+    "torch._ops": "OpOverload, the type of an operator handed to a fallback (annotations and isinstance)",
+    "torch._C._distributed_c10d": "AllgatherOptions, which torch.distributed does not re-export",
+    "torch._C._get_accelerator": "the accelerator torch was built for, on 2.4-2.5 (before torch.accelerator)",
+    "torch._C._get_privateuse1_backend_name": _DEVICE_PLUGIN,
+    "torch._register_device_module": _DEVICE_PLUGIN,
+    "torch._decomp": "torch's decomposition table, the compositions of a missing operator",
+    "torch._prims": "rng_prims: the RNG operators of compiled graphs, served on the emulator",
+    "torch._higher_order_ops": _COMPILE,
+    "torch._inductor": _COMPILE,
+    "torch._dynamo": _COMPILE,
+    "torch._foreach_add": _OPTIMIZER_KERNELS, "torch._foreach_add_": _OPTIMIZER_KERNELS,
+    "torch._foreach_addcdiv_": _OPTIMIZER_KERNELS, "torch._foreach_addcmul_": _OPTIMIZER_KERNELS,
+    "torch._foreach_div_": _OPTIMIZER_KERNELS, "torch._foreach_lerp_": _OPTIMIZER_KERNELS,
+    "torch._foreach_mul_": _OPTIMIZER_KERNELS, "torch._foreach_neg": _OPTIMIZER_KERNELS,
+    "torch._foreach_sqrt": _OPTIMIZER_KERNELS, "torch._fused_adam_": _OPTIMIZER_KERNELS,
+    "torch._fused_adamw_": _OPTIMIZER_KERNELS,
+    "torch._has_compatible_shallow_copy_type": "whether Module.to can keep Parameter objects across devices",
+    "torch._tensor_classes": "the legacy tensor types (torch.FloatTensor ...) whose pickler the emulator replaces",
+    "torch.distributed._functional_collectives": "the functional collectives DTensor and torch.compile use",
+    "torch.distributed.distributed_c10d._resolve_process_group": "a group given by name, as funcol gives it",
+    "torch.jit._builtins._get_builtin_table": "torch functions by builtin name: those with a device argument",
+    "torch.ops.aten._fused_rmsnorm_forward": "the fused rms_norm kernel torch_musa registers (the MUSA plugin)",
+    "torch.storage._StorageBase": "the untyped storage base whose .cuda() the redirection maps",
+    "torch.utils._device": "DeviceContext: `with torch.device('cuda'):` is redirected at its constructor",
+    "torch.utils._device._device_constructors": "the factories `with torch.device(...)` applies to",
+    "torch.utils._python_dispatch": "TorchDispatchMode, to see the aten ops a script sends to the device",
+}
+
+
+def _private_torch_names():
+    """``{dotted name: [file:line, ...]}``: every private torch name in hal/ and backends/, read with ``ast``
+    (attribute chains, imports, ``getattr(torch..., "_x")``); a name is cut after its last private part."""
+    def chain(node):
+        parts = []
+        while isinstance(node, ast.Attribute):
+            parts.append(node.attr)
+            node = node.value
+        return parts[::-1] and ([node.id] + parts[::-1]) if isinstance(node, ast.Name) else None
+
+    def name(parts):
+        if not parts or parts[0] != "torch" or (parts[1:2] == ["ops"] and parts[2:3] != ["aten"]):
+            return None  # torch.ops.<library>: another package's operators (vllm's _C), not torch's
+        private = [i for i, p in enumerate(parts) if p.startswith("_") and not p.startswith("_hal")
+                   and not (p.startswith("__") and p.endswith("__"))]
+        return ".".join(parts[:private[-1] + 1]) if private else None
+
+    found = {}
+    for top in ("hal", "backends"):
+        for path in sorted((ROOT / top).rglob("*.py")):
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+            inner = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
+            for node in ast.walk(tree):
+                hits = []
+                if isinstance(node, ast.Import):
+                    hits = [a.name.split(".") for a in node.names]
+                elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                    hits = [node.module.split(".") + [a.name] for a in node.names]
+                elif isinstance(node, ast.Attribute) and id(node) not in inner:
+                    hits = [chain(node)]
+                elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                      and node.func.id in ("getattr", "hasattr") and len(node.args) >= 2
+                      and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str)):
+                    base = chain(node.args[0]) if isinstance(node.args[0], ast.Attribute) else (
+                        [node.args[0].id] if isinstance(node.args[0], ast.Name) else None)
+                    hits = [base + [node.args[1].value]] if base else []
+                for parts in hits:
+                    n = name(parts)
+                    if n:
+                        found.setdefault(n, []).append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    return found
+
+
+def test_private_torch_names_are_the_listed_ones():
+    # each private torch name is a place where the next torch release may break hal silently: a new one
+    # needs a reason no public API on torch 2.4 serves (then list it above)
+    found = _private_torch_names()
+    new = {n: sites for n, sites in found.items() if n not in PRIVATE_TORCH_NAMES}
+    assert not new, ("private torch names not in PRIVATE_TORCH_NAMES (use a public API present on torch 2.4, or "
+                     "list the name with the reason none serves):\n" + "\n".join(f"{n}: {s}" for n, s in new.items()))
+    gone = sorted(set(PRIVATE_TORCH_NAMES) - set(found))
+    assert not gone, f"no longer used, take them off PRIVATE_TORCH_NAMES: {gone}"
