@@ -35,6 +35,8 @@ def main(argv=None) -> int:
     sub = p.add_subparsers(dest="cmd", required=True)
     c = sub.add_parser("collect", help="what the redirection patches on this torch")
     c.add_argument("-o", "--output", type=Path, required=True)
+    c.add_argument("--names", type=Path, help="a JSON list of more target names to say the presence of "
+                                              "(those other releases' collections found)")
     w = sub.add_parser("write", help="merge collections (one per torch release) into hal/data/redirect_targets.json")
     w.add_argument("collections", nargs="+", type=Path)
     sub.add_parser("show", help="print the targets patched on some checked releases only")
@@ -43,7 +45,8 @@ def main(argv=None) -> int:
     from hal.redirect import targets as _targets
 
     if args.cmd == "collect":
-        got = _targets.collect()
+        also = json.loads(args.names.read_text(encoding="utf-8")) if args.names else ()
+        got = _targets.collect(also)
         _write_json(args.output, got)
         print(f"torch {got['torch']}: {len(got['patched'])} patched, {len(got['not_patched'])} absent -> {args.output}")
         return 0

@@ -28,6 +28,7 @@ import sys
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
+from typing import Optional
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "build" / "torch-window"
@@ -88,7 +89,8 @@ TARGETS = "targets.json"
 TARGETS_DEPS = ["pluggy>=1.3", "numpy>=1.24"]
 
 
-def _collect_targets(python: str, src: Path, out: Path, env: dict, pythonpath: bool, backend: str = "cpu") -> dict:
+def _collect_targets(python: str, src: Path, out: Path, env: dict, pythonpath: bool, backend: str = "cpu",
+                     names: Optional[Path] = None) -> dict:
     """``scripts/redirect_targets.py collect`` in the venv on ``backend``; with ``pythonpath`` the export is
     imported from ``src`` (not installed) and the Python wrappers are used (the C ones are not built there)."""
     extra = {"HAL_BACKEND": backend}
@@ -98,7 +100,29 @@ def _collect_targets(python: str, src: Path, out: Path, env: dict, pythonpath: b
         if not (links / "hal_backends").exists():
             (links / "hal_backends").symlink_to(src / "backends", target_is_directory=True)
         extra.update(PYTHONPATH=f"{src}{os.pathsep}{links}", HAL_REDIRECT_NATIVE="0", HAL_OPS_NATIVE="0")
-    return _run([python, "scripts/redirect_targets.py", "collect", "-o", str(out)], src, dict(env, **extra), 300)
+    more = ["--names", str(names)] if names else []
+    return _run([python, "scripts/redirect_targets.py", "collect", "-o", str(out), *more], src, dict(env, **extra), 300)
+
+
+def recollect_targets(versions) -> None:
+    """A second pass of ``--only-targets``: each release (its venv still there) says the presence of the
+    targets the other releases found (a function added in 2.15 is looked up on 2.4 too)."""
+    every = set()
+    for path in OUT.glob("*/targets*.json"):
+        every |= set(json.loads(path.read_text())["present"])
+    names = OUT / "target-names.json"
+    names.write_text(json.dumps(sorted(every)))
+    for version in versions:
+        here = OUT / version
+        got = json.loads((here / TARGETS).read_text()) if (here / TARGETS).exists() else {"present": {}}
+        python = here / "venv" / "bin" / "python"
+        if every <= set(got["present"]) or not python.exists():
+            continue
+        print(f"[{version}] the presence of {len(every - set(got['present']))} target(s) other releases found", flush=True)
+        r = _collect_targets(str(python), here / "src", here / TARGETS, _venv_env(here / "venv"), pythonpath=True,
+                             names=names)
+        if r["rc"]:
+            print(f"[{version}] rc {r['rc']}: {r['last']}", flush=True)
 
 
 def write_targets() -> None:
@@ -109,7 +133,7 @@ def write_targets() -> None:
                        check=True)
 
 
-def one_version(version: str, keep: bool, only_targets: bool = False) -> dict:
+def one_version(version: str, keep: bool, only_targets: bool = False, keep_venv: bool = False) -> dict:
     here = OUT / version
     venv, src = here / "venv", here / "src"
     python = str(venv / "bin" / "python")
@@ -139,7 +163,7 @@ def one_version(version: str, keep: bool, only_targets: bool = False) -> dict:
         print(f"[{version}] the redirection's targets", flush=True)
         rec["steps"]["install deps"] = _run([python, "-m", "pip", "install", "-q", *TARGETS_DEPS], here, env, 600)
         rec["steps"]["redirect targets"] = _collect_targets(python, src, here / TARGETS, env, pythonpath=True)
-        if not keep:
+        if not (keep or keep_venv):
             shutil.rmtree(venv, ignore_errors=True)
         return rec
     print(f"[{version}] scripts/setup.sh in a clean export", flush=True)
@@ -215,10 +239,15 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     results = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
     if args.only_targets:
-        for version in [v.strip() for v in args.versions.split(",") if v.strip()]:
-            rec = one_version(version, args.keep, only_targets=True)
+        versions = [v.strip() for v in args.versions.split(",") if v.strip()]
+        for version in versions:
+            rec = one_version(version, args.keep, only_targets=True, keep_venv=True)
             bad = {k: r for k, r in rec["steps"].items() if r["rc"] != 0}
             print(f"[{version}] " + ("; ".join(f"{k}: rc {r['rc']}: {r['last']}" for k, r in bad.items()) or "ok"))
+        recollect_targets(versions)
+        if not args.keep:
+            for version in versions:
+                shutil.rmtree(OUT / version / "venv", ignore_errors=True)
         write_targets()
         return 0
     if not args.render:

@@ -124,11 +124,12 @@ def walk(redirection) -> Dict[str, List[str]]:
             "undeclared": [n for n in patched if n.startswith("torch.") and n not in targets]}
 
 
-def collect() -> dict:
+def collect(also: Iterable[str] = ()) -> dict:
     """What the redirection patches on the installed torch with the selected backend, by part
     (``patched`` / ``not_patched``: {target: group}), and ``present``: whether this torch has each
     target the table lists or the redirection tried (some parts patch on some backends only, so
-    the table is written from the presence of each target, not from one backend's patches).
+    the table is written from the presence of each target, not from one backend's patches); ``also``:
+    more target names to say the presence of (those another release's collection found).
     The input of :func:`merge`."""
     from hal.redirect._enable import enable
 
@@ -140,7 +141,7 @@ def collect() -> dict:
         known = set(table()["targets"])
     except OSError:  # no table yet: the first collection writes it
         known = set()
-    names = sorted(known | set(patched) | set(absent))
+    names = sorted(known | set(patched) | set(absent) | set(also))
     return {"torch": torch.__version__, "backend": backend,
             "patched": {n: sites.get(n, "?") for n in patched},
             "not_patched": {n: sites.get(n, "?") for n in absent},
