@@ -64,7 +64,7 @@ def test_hal_doctors_redirect_check_counts_the_targets_and_names_a_missing_one(m
 def test_the_table_of_targets_holds_on_the_installed_torch():
     tab = targets.table()
     on_this = {n for n in tab["targets"] if targets.expected(n)}
-    assert "torch.cuda.is_available" in on_this and len(on_this) > 300
+    assert "torch.cuda.is_available" in on_this and len(on_this) > 250  # 272 on torch 2.4.1, 359 on 2.15.0
     wrong = sorted(n for n in tab["targets"] if targets.exists(n) != targets.expected(n))
     assert not wrong, (f"torch {torch.__version__} disagrees with hal/data/redirect_targets.json on {wrong} "
                        "(python scripts/torch_window.py --only-targets rewrites it)")
@@ -75,27 +75,30 @@ def test_the_table_of_targets_holds_on_the_installed_torch():
     assert all(tab["groups"].get(e["group"]) for e in tab["targets"].values()), "a group without its description"
 
 
-def _table(monkeypatch, entries, checked=("2.4.1", "2.7.1", "2.13.0")):
+def _table(monkeypatch, entries, checked=("1.0.0", "2.4.1", "99.0.0")):
     monkeypatch.setattr(targets, "table", lambda: {"checked_on": list(checked), "groups": {}, "targets": entries})
 
 
 def test_a_target_absent_where_the_table_says_so_is_expected_and_one_it_has_there_moved(monkeypatch):
-    _table(monkeypatch, {"vendor_mod.added_later": {"group": "x", "since": "2.7.1"},
-                         "vendor_mod.removed": {"group": "x", "until": "2.7.1"},
+    # releases around any installed torch: 1.0.0 (before it) and 99.0.0 (after it)
+    _table(monkeypatch, {"vendor_mod.added_later": {"group": "x", "since": "99.0.0"},
+                         "vendor_mod.removed": {"group": "x", "until": "2.4.1"},
                          "vendor_mod.always": {"group": "x"}})
-    assert targets.releases("vendor_mod.added_later") == ["2.7.1", "2.13.0"]
-    assert targets.releases("vendor_mod.removed") == ["2.4.1"]
+    assert targets.releases("vendor_mod.added_later") == ["99.0.0"]
+    assert targets.releases("vendor_mod.removed") == ["1.0.0"]
     assert "nothing to redirect on this torch" in targets.absent_reason("vendor_mod.added_later", "2.4.1+cpu")
     moved = targets.absent_reason("vendor_mod.always", "2.13.0+cpu")
     assert "moved or renamed" in moved and "every torch release it was checked on" in moved
     mod = types.ModuleType("vendor_mod")
     with enable() as t:
-        for name in ("removed", "always"):
+        for name in ("removed", "added_later", "always"):
             t.patch(mod, name, lambda: "hal's")
         held = targets.walk(t)
         rows = {r["call"]: r["detail"] for r in t.log.rows("not_redirected")}
-    assert held["absent_expected"] == ["vendor_mod.removed"] and held["absent_moved"] == ["vendor_mod.always"]
-    assert "hal redirects it on torch before 2.7.1" in rows["vendor_mod.removed"]  # what hal run --report shows
+    assert held["absent_expected"] == ["vendor_mod.removed", "vendor_mod.added_later"]
+    assert held["absent_moved"] == ["vendor_mod.always"]
+    assert "hal redirects it on torch before 2.4.1" in rows["vendor_mod.removed"]  # what hal run --report shows
+    assert "hal redirects it on torch 99.0.0 and later" in rows["vendor_mod.added_later"]
 
 
 def _run(version, present, patched=()):
@@ -126,7 +129,7 @@ def test_hal_doctor_names_a_target_this_torch_lacks_as_the_table_says_and_stays_
 
     real = targets.table()
     entries = dict(real["targets"])
-    entries["torch.cuda.is_available"] = dict(entries["torch.cuda.is_available"], until="2.13.0")
+    entries["torch.cuda.is_available"] = dict(entries["torch.cuda.is_available"], until="1.0.0")  # before any torch
     monkeypatch.setattr(targets, "table", lambda: dict(real, targets=entries))
     from hal.redirect import _core
     patch = _core.Redirection.patch
