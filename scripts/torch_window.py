@@ -197,6 +197,22 @@ def _junit_counts(path: Path) -> dict:
     return n
 
 
+#: the heading of docs/torch-window.md's hand-written part, which a render keeps
+NOTES = "## Notes"
+
+
+def _doc_rows() -> dict:
+    """``{version: (table row, failed-tests line or None)}`` of docs/torch-window.md as committed: the rows of
+    versions that ``results.json`` (a build output, absent in a fresh clone) does not hold are kept."""
+    rows = {}
+    if DOC.exists():
+        text = DOC.read_text(encoding="utf-8")
+        for m in re.finditer(r"^\| (\d+\.\d+\.\d+) \|.*$", text, re.M):
+            failed = re.search(rf"^- \*\*{re.escape(m.group(1))}\*\*: .*$", text, re.M)
+            rows[m.group(1)] = (m.group(0), failed.group(0) if failed else None)
+    return rows
+
+
 def render(results: dict) -> str:
     lines = ["# hal across torch versions (`make torch-window`)", "",
              "Each row: PyPI's build of that torch in a venv of its own, the project from a clean export set up by",
@@ -207,7 +223,13 @@ def render(results: dict) -> str:
     steps = ["setup"] + [c[0] for c in CHECKS] + ["redirect targets"]
     lines.append("| torch | date, commit | " + " | ".join(steps) + " | tests |")
     lines.append("|---|---|" + "---|" * (len(steps) + 1))
-    for version in sorted(results, key=lambda v: tuple(int(x) for x in re.findall(r"\d+", v))):
+    kept = {v: row for v, row in _doc_rows().items() if v not in results}
+    for version in sorted({*results, *kept}, key=lambda v: tuple(int(x) for x in re.findall(r"\d+", v))):
+        if version in kept:  # a row from before a check was added: "-" in the new columns, before the tests
+            cells = kept[version][0].strip().strip("|").split("|")
+            cells[-1:-1] = [" - "] * (len(steps) + 3 - len(cells))
+            lines.append("|" + "|".join(cells) + "|")
+            continue
         rec = results[version]
         cells = []
         for s in steps:
@@ -217,14 +239,18 @@ def render(results: dict) -> str:
         tests = (f"{t['passed']} passed, {t['failures'] + t['errors']} failed, {t['skipped']} skipped" if t else
                  f"rc {rec['steps'].get('tests', {}).get('rc')}")
         lines.append(f"| {version} | {rec['date']}, {rec.get('commit', '?')} | " + " | ".join(c.replace("|", "/") for c in cells) + f" | {tests} |")
-    missing = [v for v in WINDOW if v not in results]
+    missing = [v for v in WINDOW if v not in results and v not in kept]
     if missing:
         lines += ["", f"Not run yet: {', '.join(missing)} (`python scripts/torch_window.py --versions X`)."]
     failing = {v: r.get("tests", {}).get("failed_tests") for v, r in results.items() if r.get("tests", {}).get("failed_tests")}
+    failing = {v: "- **%s**: " % v + ", ".join(f"`{n}`" for n in names) for v, names in failing.items()}
+    failing.update({v: row[1] for v, row in kept.items() if row[1]})
     if failing:
         lines += ["", "Failed tests (first 40 per version):", ""]
-        for v, names in failing.items():
-            lines.append(f"- **{v}**: " + ", ".join(f"`{n}`" for n in names))
+        lines += [failing[v] for v in sorted(failing, key=lambda v: tuple(int(x) for x in re.findall(r"\d+", v)))]
+    notes = DOC.read_text(encoding="utf-8").partition("\n" + NOTES)[2] if DOC.exists() else ""
+    if notes:  # written by hand: what each failure is, and what was rerun since
+        lines += ["", NOTES + notes.rstrip("\n")]
     return "\n".join(lines) + "\n"
 
 
