@@ -31,6 +31,7 @@ examples:
                                                hangs past its timeout or raises
   hal run --report run.json train.py           write the run report (schema hal.run/3)
   hal run --json train.py                      print the run report as JSON at the end
+  hal run --metrics runs/a train.py            loss, grad norm, throughput per step into runs/a/run.jsonl
   HAL_RUN_QUIET=1 hal run train.py             no redirection lines (as --quiet)
   HAL_BACKEND=emu HAL_EMU_DEVICES=4 hal run train_4gpu.py
                                                a script that gates on device_count() >= 4
@@ -78,6 +79,10 @@ def add_parser(sub):
     p.add_argument("--role", metavar="NAME", help="with --nproc-per-node: torchrun's --role (the prefix of --tee)")
     p.add_argument("--report", metavar="PATH", help="write the run report as JSON (rank 0 only)")
     p.add_argument("--json", action="store_true", help="print the run report as JSON after the script")
+    p.add_argument("--metrics", metavar="DIR",
+                   help="record hal.metrics per optimizer step from outside the script (loss, grad norm, lr, "
+                        "samples and tokens, step time, memory, DDP communication) into DIR/run.jsonl "
+                        "(run.rank<N>.jsonl per rank); docs/metrics.md")
     p.add_argument("--quiet", action="store_true",
                    help=f"do not print redirections as they happen (also {QUIET_ENV}=1); "
                         f"the one-line summary stays")
@@ -152,14 +157,28 @@ def _options(args) -> list:
     return out + (["--json"] if args.json else []) + (["--quiet"] if args.quiet else [])
 
 
+def _script(args, options=None) -> dict:
+    """``run_script`` of ``args``, with hal.metrics attached from outside where ``--metrics`` (or
+    ``HAL_METRICS_DIR``, which every process of the run inherits) asks for it."""
+    from hal.metrics import attach_from_env
+    from hal.redirect import run_script
+
+    attached = attach_from_env()
+    try:
+        return run_script(args.script, args.args, options, module=args.module)
+    finally:
+        if attached is not None:
+            attached.close()
+
+
 def _run_child(args) -> int:
     """A child process of a hal run script: the script runs under the redirection, silently; its end
     is recorded for the parent's report; a failure is printed (traceback and one line)."""
     logging.getLogger("hal.redirect").setLevel(logging.ERROR)
-    from hal.redirect import record_child_exit, run_script
+    from hal.redirect import record_child_exit
 
     try:
-        report = run_script(args.script, args.args, module=args.module)
+        report = _script(args)
     except HalError:  # the redirection could not start (a wrong setting): hal's error, as hal run's
         record_child_exit(3, {"type": "HalError", "where": None}, None, 0.0, script=args.script, argv=args.args)
         raise
@@ -201,6 +220,10 @@ def run(args) -> int:
         print("hal run: error: --max-restarts restarts a torchrun group: give --nproc-per-node too "
               "(--nproc-per-node 1 for a single process)", file=sys.stderr)
         return 2
+    if args.metrics:
+        from hal.metrics import ENV_DIR
+
+        os.environ[ENV_DIR] = os.path.abspath(args.metrics)  # every rank and child process records
     if args.nproc_per_node:
         return _launch(args)
     if args.child:
@@ -214,9 +237,7 @@ def run(args) -> int:
         log.addHandler(handler)
         log.setLevel(logging.INFO)
         log.propagate = False
-    from hal.redirect import run_script
-
-    report = run_script(args.script, args.args, _options(args), module=args.module)
+    report = _script(args, _options(args))
     err = report.get("error")
     if err is not None:
         sys.stderr.write(err["traceback"])
