@@ -11,9 +11,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 SCRIPT = os.path.join(ROOT, "examples", "cuda_train.py")
 
 
-def _hal_run(tmp_path, backend, *extra):
+def _hal_run(tmp_path, backend, *extra, metrics=None):
     out = tmp_path / f"{backend}{''.join(extra)}.json"
     report = tmp_path / f"report-{backend}{''.join(extra)}.json"
+    if metrics:
+        extra += ("--metrics", str(tmp_path / metrics))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HAL_", "RANK", "LOCAL_RANK", "WORLD_SIZE"))}
     env["HAL_BACKEND"] = backend
     proc = subprocess.run([sys.executable, "-m", "hal", "run", *extra, "--report", str(report), SCRIPT,
@@ -27,7 +29,7 @@ def runs(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("halrun")
     return {"cpu": _hal_run(tmp, "cpu"), "emu": _hal_run(tmp, "emu"),
             "emu-ddp": _hal_run(tmp, "emu", "--nproc-per-node=2"),
-            "cpu-ddp": _hal_run(tmp, "cpu", "--nproc-per-node=2")}
+            "cpu-ddp": _hal_run(tmp, "cpu", "--nproc-per-node=2", metrics="metrics-cpu-ddp"), "tmp": tmp}
 
 
 def test_losses_on_the_emulator_match_the_cpu(runs):
@@ -64,3 +66,14 @@ def test_ddp_report_shows_nccl_redirected_to_the_backends_collective(runs):
     report = runs["emu-ddp"][1]
     assert any(r["call"].startswith("DistributedDataParallel") or r["call"] == "torch.cuda.set_device"
                for r in report["redirected"])
+
+
+def test_hal_run_metrics_records_every_rank_of_the_ddp_script(runs):
+    # hal.metrics attached from outside (--metrics): each rank's loss per step, whose mean is what the
+    # script's own all-reduce printed, and the DDP model's all-reduces watched
+    ranks = [[json.loads(line) for line in (runs["tmp"] / "metrics-cpu-ddp" / f"run.rank{r}.jsonl").read_text().splitlines()]
+             for r in (0, 1)]
+    assert [r["step"] for r in ranks[0]] == [1, 2, 3, 4, 5]
+    mean = [(a["scalars"]["loss"] + b["scalars"]["loss"]) / 2 for a, b in zip(*ranks)]
+    assert mean == pytest.approx(runs["cpu-ddp"][0]["losses"], rel=1e-5)
+    assert all(r["comm_count"] for r in ranks[0][1:])
