@@ -27,7 +27,12 @@ from hal.dist.process_group import STATE, info
 
 #: torch >= 2.13 names them *_single; older torch has *_into_tensor / *_tensor
 _all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
-_reduce_scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+
+
+def _reduce_scatter(*args, **kwargs):
+    """torch's reduce-scatter, looked up at call time: after :func:`hal.dist.init` it is hal's wrapper
+    that serves ``PREMUL_SUM`` (and ``AVG`` where gloo sums instead, torch 2.7) on gloo groups."""
+    return (getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor)(*args, **kwargs)
 
 
 def _describe(name: str, tensors: Sequence[torch.Tensor], **extra) -> str:

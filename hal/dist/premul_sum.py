@@ -32,13 +32,20 @@ whose input is read-only for the caller (``reduce_scatter``, ``reduce_scatter_si
 a vendor CCL written in Python) serves its own ops: calls on it are passed on untouched.
 :func:`premul_sum_factor` and :func:`premultiplied` are what such a CCL uses to serve the op itself.
 
-``ReduceOp.AVG`` needs nothing: gloo in torch 2.13 averages in every collective that takes an op
-(``hal conformance``'s CCL check compares it with a plain computation).
+``ReduceOp.AVG``: gloo in torch 2.13 averages in every collective that takes an op (``hal
+conformance``'s CCL check compares it with a plain computation), and hal passes it on.  An older gloo
+does not: torch 2.7's ``reduce_scatter_tensor`` silently *sums* with ``AVG`` (its ``all_reduce`` and
+``reduce`` refuse the op), so FSDP2, which reduce-scatters float32 gradients with ``AVG``, gets
+gradients ``world size`` times too large there (Adam hides the scale until a checkpoint saved at one
+world size is resumed at another).  :func:`gloo_averages` measures it once per process, and where
+gloo does not average, hal serves ``AVG`` on gloo groups as ``PREMUL_SUM(1 / group size)``.
 """
 from __future__ import annotations
 
+import datetime
 import functools
 import inspect
+import threading
 from dataclasses import dataclass
 from typing import Callable, List, Optional, Tuple, Union
 
@@ -74,6 +81,7 @@ FUNCTIONS: Tuple[Function, ...] = (
 MARK = "__hal_premul_sum__"
 _ReduceOp = getattr(dist, "ReduceOp", None)  # absent from a torch built without distributed
 _PREMUL_SUM = _ReduceOp.RedOpType.PREMUL_SUM if _ReduceOp is not None else None
+_AVG = _ReduceOp.RedOpType.AVG if _ReduceOp is not None else None
 Factor = Union[float, torch.Tensor]
 
 
@@ -90,6 +98,50 @@ def premul_sum_factor(op) -> Optional[Factor]:
                         f"(2.13 does), so hal cannot serve it on gloo; divide the tensor yourself and use "
                         f"ReduceOp.SUM, or run on a backend whose CCL has PREMUL_SUM")
     return op.factor
+
+
+@functools.lru_cache(maxsize=None)
+def gloo_averages() -> bool:
+    """True when this torch's gloo averages with ``ReduceOp.AVG``, measured once per process.
+
+    Two threads form a 2-rank gloo group of their own (an in-process ``HashStore``, the loopback
+    device: no other rank and no process group of the job is involved) and reduce-scatter ``[r + 1,
+    r + 1]`` with ``AVG`` (``reduce_scatter_tensor``'s path, FSDP2's gradient reduction) and
+    all-reduce it: the average is 1.5 on both.  torch 2.7's gloo answers 3.0 (the sum) from the
+    reduce-scatter and refuses the all-reduce; 2.13's answers 1.5.  A probe that cannot run (no
+    gloo, no loopback device) counts as "does not average": serving ``AVG`` as a premultiplied sum
+    is right on every gloo, only not needed on one that averages.
+    """
+    gloo = getattr(dist, "ProcessGroupGloo", None)
+    if gloo is None:
+        return False
+    store, got = dist.HashStore(), [None, None]
+
+    def rank(r: int) -> None:
+        try:
+            opts = gloo._Options()
+            opts._timeout = datetime.timedelta(seconds=20)
+            opts._devices = [gloo.create_device(hostname="127.0.0.1")]
+            pg = gloo(store, r, 2, opts)
+            rs = dist.ReduceScatterOptions()
+            rs.reduceOp = _AVG
+            out = torch.empty(1)
+            pg._reduce_scatter_base(out, torch.full((2,), float(r + 1)), rs).wait()
+            ar = dist.AllreduceOptions()
+            ar.reduceOp = _AVG
+            t = torch.full((1,), float(r + 1))
+            pg.allreduce([t], ar).wait()
+            got[r] = (out.item(), t.item())
+        except Exception:  # noqa: BLE001 - refused op, no device: "does not average"
+            got[r] = None
+
+    threads = [threading.Thread(target=rank, args=(r,), name=f"hal-gloo-avg-probe-{r}", daemon=True)
+               for r in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    return got == [(1.5, 1.5), (1.5, 1.5)]
 
 
 def premultiplied(tensor: torch.Tensor, factor: Factor, in_place: bool) -> torch.Tensor:
@@ -141,8 +193,9 @@ def _wrap(fn: Function, orig: Callable) -> Callable:
     op_at = names.index("op")
 
     def serve(args, kwargs, op):
-        factor = premul_sum_factor(op)
-        if factor is None:
+        average = op == _AVG and not gloo_averages()
+        factor = None if average else premul_sum_factor(op)
+        if factor is None and not average:
             return orig(*args, **kwargs)
         bound = sig.bind(*args, **kwargs)
         a = bound.arguments
@@ -150,6 +203,13 @@ def _wrap(fn: Function, orig: Callable) -> Callable:
         first = operand if isinstance(operand, torch.Tensor) else next(iter(operand), None)
         if first is None or not reaches_gloo(a.get("group"), first.device):
             return orig(*args, **kwargs)
+        if average:
+            if not (first.is_floating_point() or first.is_complex()):
+                raise DistError(f"ReduceOp.AVG on a {first.dtype} tensor over gloo: torch {torch.__version__}'s "
+                                f"gloo does not average (its reduce_scatter_tensor sums; 2.13's averages) and "
+                                f"hal serves AVG there on floating-point data only; reduce with ReduceOp.SUM "
+                                f"and divide by the group size yourself")
+            factor = 1.0 / dist.get_world_size(a.get("group"))
         a[fn.operand] = _premultiplied_all(operand, factor, fn.in_place)
         a["op"] = _ReduceOp.SUM
         return orig(*bound.args, **bound.kwargs)
@@ -157,6 +217,8 @@ def _wrap(fn: Function, orig: Callable) -> Callable:
     def call(*args, **kwargs):
         op = args[op_at] if len(args) > op_at else kwargs.get("op")
         if op.__class__ is not _ReduceOp:  # SUM, AVG, MAX, ...: the enum, never a PREMUL_SUM
+            if op is _AVG and not gloo_averages():  # a gloo that sums instead (torch 2.7)
+                return serve(args, kwargs, op)
             return orig(*args, **kwargs)
         return serve(args, kwargs, op)
 

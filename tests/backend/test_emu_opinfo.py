@@ -44,6 +44,15 @@ STORAGE_LEVEL = {"as_strided", "as_strided_scatter"}
 FIRST_OUTPUT_ONLY = {"native_batch_norm", "_native_batch_norm_legit"}
 
 
+def _drops(op, sample) -> bool:
+    """True for a sample of a deterministic op that asks for dropout (``dropout_p`` > 0:
+    scaled_dot_product_attention's; torch 2.4's first two samples of it include one).  Its mask comes
+    from the device generator, so its values are not the CPU's (docs/emulator.md: "Runs with dropout
+    differ from the CPU ... a seed repeats them on emu"): such a sample is checked for what hal
+    promises, the same values from the same seed on emu."""
+    return not op.name.startswith(NONDETERMINISTIC) and (sample.kwargs.get("dropout_p") or 0) > 0
+
+
 def _ops():
     return [op for op in common_methods_invocations.op_db
             if op.name not in NOT_ON_EMU and torch.float32 in op.supported_dtypes("cpu")]
@@ -104,7 +113,12 @@ def test_every_op_of_torchs_opinfo_database_runs_and_matches_the_cpu(route):
             try:
                 torch.manual_seed(0)
                 got = _to_cpu(op(_to_emu(s.input), *_to_emu(s.args), **_to_emu(s.kwargs)))
-                _compare(op, got, ref)
+                if _drops(op, s):
+                    torch.manual_seed(0)
+                    again = _to_cpu(op(_to_emu(s.input), *_to_emu(s.args), **_to_emu(s.kwargs)))
+                    torch.testing.assert_close(got, again, rtol=0, atol=0)
+                else:
+                    _compare(op, got, ref)
                 ran += 1
             except Exception as exc:
                 failures.append(f"{op.name}: {type(exc).__name__}: {str(exc).strip().splitlines()[0][:160]}")
@@ -143,7 +157,8 @@ def test_every_differentiable_op_gives_the_cpus_gradients_on_emu():
                         if isinstance(o, torch.Tensor) and o.requires_grad and o.is_floating_point()]
                 got = torch.autograd.grad(sum(o.sum() for o in outs), [mapping[id(x)] for x in leaves],
                                           allow_unused=True)
-                _compare(op, _to_cpu(list(got)), ref)
+                if not _drops(op, s):  # a dropout mask from the device generator: not the CPU's gradients
+                    _compare(op, _to_cpu(list(got)), ref)
                 ran += 1
             except Exception as exc:
                 failures.append(f"{op.name}: {type(exc).__name__}: {str(exc).strip().splitlines()[0][:160]}")

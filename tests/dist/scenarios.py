@@ -14,11 +14,17 @@ def collectives():
     ar = hal.dist.all_reduce(torch.full((3,), float(r + 1)))
     ag = hal.dist.all_gather(torch.zeros(2 * n), torch.tensor([float(r), float(r) + 0.5]))
     rs = hal.dist.reduce_scatter(torch.zeros(2), torch.arange(2.0 * n) * (r + 1))
+    avg = torch.distributed.ReduceOp.AVG   # FSDP2's gradient reduce-scatter (torch 2.7's gloo sums with it)
+    rs_avg = hal.dist.reduce_scatter(torch.zeros(2), torch.arange(2.0 * n) * (r + 1), op=avg)
+    torch_rs = getattr(torch.distributed, "reduce_scatter_single", None) or torch.distributed.reduce_scatter_tensor
+    rs_avg_torch = torch.zeros(2)
+    torch_rs(rs_avg_torch, torch.arange(2.0 * n) * (r + 1), op=avg)
     bc = hal.dist.broadcast(torch.tensor([7.0, 8.0]) if r == n - 1 else torch.zeros(2), src=n - 1)
     a2a = hal.dist.all_to_all(torch.zeros(n), torch.arange(float(n)) + 10 * r)
     hal.dist.barrier()
     return {"rank": r, "world_size": n, "all_reduce": ar.tolist(), "all_gather": ag.tolist(),
-            "reduce_scatter": rs.tolist(), "broadcast": bc.tolist(), "all_to_all": a2a.tolist()}
+            "reduce_scatter": rs.tolist(), "reduce_scatter_avg": rs_avg.tolist(),
+            "reduce_scatter_avg_torch": rs_avg_torch.tolist(), "broadcast": bc.tolist(), "all_to_all": a2a.tolist()}
 
 
 def absent_rank(timeout=2.0, absent=1, sleep=None):

@@ -20,5 +20,8 @@ def test_collectives_correct(n):
         # input on rank k is arange(2n) * (k + 1); rank r keeps the sum of chunk r
         total = sum(k + 1 for k in range(n))
         assert out["reduce_scatter"] == [(2 * r) * total, (2 * r + 1) * total]
+        # ReduceOp.AVG, through hal.dist and through torch.distributed's own function (FSDP2's call)
+        assert out["reduce_scatter_avg"] == [(2 * r) * total / n, (2 * r + 1) * total / n]
+        assert out["reduce_scatter_avg_torch"] == [(2 * r) * total / n, (2 * r + 1) * total / n]
         assert out["broadcast"] == [7.0, 8.0]
         assert out["all_to_all"] == [10 * k + r for k in range(n)]
