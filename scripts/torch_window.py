@@ -39,28 +39,6 @@ WINDOW = ("2.4.1", "2.6.0", "2.7.1", "2.10.0", "2.13.0", "2.15.0")
 #: the test subset: the unit, backend and emulator-collective tests, and one FSDP2 case
 TESTS = ["tests/unit", "tests/backend", "tests/dist/test_emu_ccl.py", "tests/dist/test_collectives.py",
          "tests/dist/test_checkpoint_reshard.py"]
-#: what was found and fixed for a version after its row was measured (kept by --render; a rerun of the
-#: version measures its row again)
-NOTES = {
-    "2.4.1": "2026-12-07: the failed OpInfo walk on emu was the test's expectation, not the emulator: torch 2.4's "
-             "first two samples of `scaled_dot_product_attention` include one with `dropout_p=0.5` (2.13's have "
-             "none), whose mask comes from the device generator, so it cannot match the CPU's (docs/emulator.md "
-             "promises a seed repeats it on emu, not the CPU's numbers; 2.13 differs from the CPU the same way). "
-             "Such a sample is now checked for repeating under one seed on emu. Rerun in the 2.4.1 venv, the "
-             "fix's `git archive` over the set-up export: `tests/backend/test_emu_opinfo.py::test_every_op_of_"
-             "torchs_opinfo_database_runs_and_matches_the_cpu[host]` passed (failed there before), and with the "
-             "gloo `AVG` fix of 2.7.1 (2.4's gloo sums for `AVG` too) `tests/dist/test_collectives.py` 2 passed, "
-             "`tests/unit/test_dist_gloo_avg.py` 4 passed; the row's counts are those of 2026-12-06.",
-    "2.7.1": "2026-12-07: the failed resume (loss 1.0452 vs 1.0484 at step 7) was torch 2.7's gloo, whose "
-             "`reduce_scatter_tensor` with `ReduceOp.AVG` silently sums: FSDP2 reduces float32 gradients with "
-             "`AVG`, so they were world-size times too large, and the 4-rank run's Adam moments resumed at 2 "
-             "ranks mixed two scales. hal now measures whether gloo averages (`hal.dist.premul_sum."
-             "gloo_averages`) and, where it does not, serves `AVG` on gloo as a sum of inputs premultiplied by "
-             "1 / group size (docs/dist.md). Rerun in the 2.7.1 venv, the fix's `git archive` over the set-up "
-             "export: `tests/dist/test_checkpoint_reshard.py` 7 passed (the resume test failed there before the "
-             "fix), `tests/dist/test_collectives.py` 2 passed, `tests/unit/test_dist_gloo_avg.py` 4 passed; the "
-             "row's counts are those of 2026-12-06.",
-}
 #: (name, command run in the exported source with the venv's bin first on PATH, extra env, limit in s)
 CHECKS = [
     ("hal list", ["python", "-m", "hal", "list"], {}, 120),
@@ -264,9 +242,6 @@ def render(results: dict) -> str:
     missing = [v for v in WINDOW if v not in results and v not in kept]
     if missing:
         lines += ["", f"Not run yet: {', '.join(missing)} (`python scripts/torch_window.py --versions X`)."]
-    notes = [v for v in sorted(NOTES, key=lambda v: tuple(int(x) for x in re.findall(r"\d+", v))) if v in results]
-    if notes:
-        lines += ["", "Notes:", ""] + [f"- **{v}**: {NOTES[v]}" for v in notes]
     failing = {v: r.get("tests", {}).get("failed_tests") for v, r in results.items() if r.get("tests", {}).get("failed_tests")}
     failing = {v: "- **%s**: " % v + ", ".join(f"`{n}`" for n in names) for v, names in failing.items()}
     failing.update({v: row[1] for v, row in kept.items() if row[1]})
