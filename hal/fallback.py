@@ -36,6 +36,8 @@ from hal.util import own_ops
 
 ENV = "HAL_FALLBACK"
 ENV_PROFILE = "HAL_FALLBACK_PROFILE"
+#: aten ops to run on the host whatever the device has (``aten::gelu,aten::mm``): :func:`route_to_host`
+ENV_HOST = "HAL_FALLBACK_HOST"
 _COMPOSITE_KEYS = ("CompositeImplicitAutograd", "CompositeExplicitAutograd", "CompositeExplicitAutogradNonFunctional")
 
 
@@ -66,6 +68,9 @@ _lock = threading.Lock()
 _uses = Uses()
 _lib: Optional[torch.library.Library] = None
 _last: Optional[InstallReport] = None
+_host_lib: Optional[torch.library.Library] = None
+#: op overload routed to the host -> {call site: count}
+_host_sites: dict = {}
 
 
 def _announce(op: str) -> None:
@@ -228,6 +233,70 @@ def uninstall() -> None:
     if _lib is not None:
         _lib._destroy()
         _lib = None
+
+
+def _overloads(op: str) -> List[str]:
+    """``"aten::gelu"`` / ``"gelu"`` -> every overload's name (``gelu``, ``gelu.out``); ``"aten::gelu.out"``
+    -> that one.  Unknown names raise :class:`hal.errors.HalError` naming the op."""
+    from hal._errors import HalError
+
+    name = op.strip()
+    name = name[len("aten::"):] if name.startswith("aten::") else name
+    packet_name, _, overload = name.partition(".")
+    packet = getattr(torch.ops.aten, packet_name, None)
+    if packet is None or not hasattr(packet, "overloads"):
+        raise HalError(f"{ENV_HOST}: no aten operator {op!r}; give names as the op trace and hal run's report "
+                       f"print them (aten::gelu, aten::addmm.default)")
+    names = [overload] if overload and overload != "default" else (["default"] if overload else packet.overloads())
+    return [packet_name if o == "default" else f"{packet_name}.{o}" for o in names]
+
+
+def route_to_host(ops) -> List[str]:
+    """Run every aten op of ``ops`` on the host (inputs copied there, torch's CPU kernel, results
+    copied back), overriding the device's own kernel: how to tell whether a device kernel makes a
+    difference (``hal accept`` bisects a diverging loss curve this way).  Each call's site in the
+    user's code is counted (:func:`host_routes`).  Only for a PrivateUse1 device (the emulator, the
+    vendor plugins); a second call replaces the first.  Returns the overloads routed."""
+    from hal.util.frames import torch_context, user_site
+
+    global _host_lib
+    with _lock:
+        if _host_lib is not None:
+            _host_lib._destroy()
+            _host_lib = None
+        _host_sites.clear()
+        names = [n for op in ops if op.strip() for n in _overloads(op)]
+        if not names:
+            return []
+        lib = torch.library.Library("aten", "IMPL")
+        for name in names:
+            packet, _, overload = name.partition(".")
+            func = getattr(getattr(torch.ops.aten, packet), overload or "default")
+            run = _host_round_trip(func)
+            sites = _host_sites.setdefault(f"aten::{name}", {})
+
+            def kernel(*args, _run=run, _sites=sites, **kwargs):
+                site = user_site(1) or torch_context()
+                _sites[site] = _sites.get(site, 0) + 1
+                return _run(*args, **kwargs)
+            lib.impl(name, kernel, "PrivateUse1")
+        _host_lib = lib
+        return names
+
+
+def route_to_host_from_env() -> List[str]:
+    """:func:`route_to_host` of ``HAL_FALLBACK_HOST`` (comma-separated), where it is set."""
+    ops = [o for o in os.environ.get(ENV_HOST, "").split(",") if o.strip()]
+    return route_to_host(ops) if ops else []
+
+
+def host_routes() -> List[dict]:
+    """Each op :func:`route_to_host` routed that ran: ``op``, ``count``, ``sites`` ({``file:line`` or
+    torch's context: count}, most calls first); most calls first."""
+    rows = [{"op": op, "count": sum(sites.values()),
+             "sites": dict(sorted(sites.items(), key=lambda kv: -kv[1]))}
+            for op, sites in _host_sites.items() if sites]
+    return sorted(rows, key=lambda r: (-r["count"], r["op"]))
 
 
 def installed() -> Optional[InstallReport]:

@@ -79,7 +79,11 @@ def _install_fallback():
     from hal import fallback
     from hal.redirect._log import LOGGER
     try:
-        return fallback.install()
+        installed = fallback.install()
+        fallback.route_to_host_from_env()  # after: HAL_FALLBACK_HOST overrides every kernel of its ops
+        return installed
+    except HalError:  # HAL_FALLBACK_HOST names no operator: the user's setting, raised as hal's error
+        raise
     except Exception as exc:  # noqa: BLE001 - the script runs without it
         LOGGER.error("%s; the script runs without hal.fallback's decompositions", exc)
         return fallback.InstallReport(False, f"hal.fallback.install() failed: {type(exc).__name__}: {exc}")
@@ -186,6 +190,7 @@ def run_script(path: Optional[str], argv: Sequence[str] = (), options: Sequence[
         "redirected": t.log.rows("redirected"), "not_redirected": t.log.rows("not_redirected"),
         "fallbacks": fallbacks,
         "fallback_decompositions": decompositions,
+        "host_routed": _fallback.host_routes(),
         "fallback_install": (fallback_install.to_dict() | {"installed": len(fallback_install.installed)}
                              if fallback_install is not None else None),
         "children": child_rows,
