@@ -18,7 +18,8 @@ on each rank:
   leading dimension of the first tensor; the elements of ``input_ids``, else of the first
   integer tensor with two dimensions or more);
 - the step time is the wall time between steps; the clock starts at the first batch or backward;
-- a ``DistributedDataParallel`` model built after this starts is watched for communication time.
+- a ``DistributedDataParallel`` model built after this starts is watched for communication time;
+- with ``max_steps`` (``HAL_METRICS_MAX_STEPS``) the script ends cleanly after that many steps.
 
 Records go to ``<folder>/<run>.jsonl`` (``<run>.rank<N>.jsonl`` for several ranks).
 """
@@ -39,6 +40,18 @@ ENV_DIR = "HAL_METRICS_DIR"
 ENV_RUN = "HAL_METRICS_RUN"
 #: 1: record the gradients' norm too (a copy of every gradient to the host per step)
 ENV_GRAD_NORM = "HAL_METRICS_GRAD_NORM"
+#: N: end the script cleanly (exit code 0) after its N-th optimizer step, on every rank alike
+ENV_MAX_STEPS = "HAL_METRICS_MAX_STEPS"
+
+
+class StepLimitReached(SystemExit):
+    """Raised from the optimizer-step hook at ``HAL_METRICS_MAX_STEPS``: the script ends there with exit
+    code 0 (every rank at the same step, after its gradients were reduced); code after its loop does
+    not run."""
+
+    def __init__(self, steps: int):
+        super().__init__(0)
+        self.steps = steps
 
 
 def _first_tensor(batch):
@@ -123,8 +136,8 @@ def _grad_norm(optimizer) -> Optional[float]:
 class AttachedMetrics:
     """Per-step metrics of an unmodified script: :meth:`install` before it runs, :meth:`close` after."""
 
-    def __init__(self, folder, run: str = "run", *, grad_norm: bool = False):
-        self.folder, self.run, self.want_grad_norm = folder, run, grad_norm
+    def __init__(self, folder, run: str = "run", *, grad_norm: bool = False, max_steps: Optional[int] = None):
+        self.folder, self.run, self.want_grad_norm, self.max_steps = folder, run, grad_norm, max_steps
         self.logger: Optional[MetricsLogger] = None
         self.optimizer = None
         self.step = 0
@@ -182,6 +195,8 @@ class AttachedMetrics:
             scalars["lr"] = float(lr)
         self.logger.log_step(self.step, samples=self.samples, tokens=self.tokens, **scalars)
         self.losses, self.samples, self.tokens, self.grad_norm = [], None, None, None
+        if self.max_steps is not None and self.step >= self.max_steps:
+            raise StepLimitReached(self.step)
 
     # -- installing ---------------------------------------------------------------------
     def _patch(self, owner, name, value) -> None:
@@ -254,5 +269,11 @@ def attach_from_env() -> Optional[AttachedMetrics]:
     folder = os.environ.get(ENV_DIR, "").strip()
     if not folder:
         return None
+    from hal._errors import HalError
+
     grad_norm = os.environ.get(ENV_GRAD_NORM, "").strip() not in ("", "0")
-    return AttachedMetrics(folder, os.environ.get(ENV_RUN, "").strip() or "run", grad_norm=grad_norm).install()
+    limit = os.environ.get(ENV_MAX_STEPS, "").strip()
+    if limit and not (limit.isdigit() and int(limit) > 0):
+        raise HalError(f"{ENV_MAX_STEPS}={limit!r}: give a whole number of optimizer steps above 0, or unset it")
+    return AttachedMetrics(folder, os.environ.get(ENV_RUN, "").strip() or "run", grad_norm=grad_norm,
+                           max_steps=int(limit) if limit else None).install()

@@ -71,3 +71,16 @@ def test_hooks_are_gone_after_close(tmp_path):
     _train(steps=1)
     assert (torch.autograd.backward, DataLoader.__iter__, torch.amp.GradScaler.scale) == before
     assert not (tmp_path / "x.jsonl").exists()
+
+
+def test_max_steps_ends_the_script_cleanly_after_that_step(tmp_path):
+    from hal.metrics._attach import StepLimitReached
+
+    attached = AttachedMetrics(tmp_path, "short", max_steps=2).install()
+    try:
+        with pytest.raises(SystemExit) as stop:
+            _train(steps=5)
+    finally:
+        attached.close()
+    assert isinstance(stop.value, StepLimitReached) and stop.value.code == 0  # hal run: exit code 0
+    assert [r["step"] for r in _records(tmp_path / "short.jsonl")] == [1, 2]
