@@ -251,6 +251,31 @@ def _overloads(op: str) -> List[str]:
     return [packet_name if o == "default" else f"{packet_name}.{o}" for o in names]
 
 
+#: ops the host route is made of (it copies with them) or that ask about a tensor rather than compute
+_MOVES_DATA = frozenset({"_copy_from", "_copy_from_and_resize", "_to_copy", "copy_", "_local_scalar_dense",
+                         "_has_compatible_shallow_copy_type", "set_", "resize_", "record_stream", "to"})
+
+
+def routable(op: str) -> Optional[str]:
+    """None when :func:`route_to_host` can run ``op`` (``"addmm"``, ``"add_.Tensor"``) on the host and
+    give the device the same result; else why not: it moves data between host and device (the route is
+    made of those), it is a factory (no tensor input) or a view (a host copy would not alias its input)."""
+    name = op[len("aten::"):] if op.startswith("aten::") else op
+    packet_name, _, overload = name.partition(".")
+    if packet_name in _MOVES_DATA:
+        return "it moves data between the host and the device (the host route is made of such copies)"
+    packet = getattr(torch.ops.aten, packet_name, None)
+    func = getattr(packet, overload or "default", None) if packet is not None else None
+    if func is None:
+        return "no such aten operator in this torch"
+    schema = func._schema
+    if not any("Tensor" in str(a.type) for a in schema.arguments):
+        return "a factory (no tensor input): nothing to run on the host"
+    if any(r.alias_info is not None and not r.alias_info.is_write for r in schema.returns):
+        return "a view: a host copy would not alias its input"
+    return None
+
+
 def route_to_host(ops) -> List[str]:
     """Run every aten op of ``ops`` on the host (inputs copied there, torch's CPU kernel, results
     copied back), overriding the device's own kernel: how to tell whether a device kernel makes a

@@ -39,6 +39,7 @@ examples:
   hal doctor                   environment checklist: OK / WARN / FAIL
   hal bench all_reduce -n 2    collective bandwidth, nccl-tests columns
   hal ops                      which fused kernel each hal.ops operator runs here
+  hal accept train.py          the migration acceptance report: the script on cpu against emu
 
 environment:
   HAL_BACKEND                  force a backend (name such as ascend, or device type such as npu)
@@ -57,7 +58,24 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     for name, mod in COMMANDS.items():
         importlib.import_module(f"hal.cli.{mod}").add_parser(sub)
+    for ep in _command_entry_points():
+        try:
+            ep.load().add_parser(sub)
+        except Exception as exc:  # noqa: BLE001 - a broken extension must not take hal's own commands down
+            print(f"hal: the command {ep.name!r} of {ep.value} did not load ({type(exc).__name__}: {exc}); "
+                  f"reinstall the package that provides it", file=sys.stderr)
     return p
+
+
+#: packages above hal add commands through this entry-point group: ``name = "module"`` whose
+#: ``add_parser(subparsers)`` adds the subcommand (hal_accept's ``accept``)
+COMMANDS_GROUP = "hal.commands"
+
+
+def _command_entry_points():
+    from importlib.metadata import entry_points
+
+    return sorted(entry_points(group=COMMANDS_GROUP), key=lambda ep: ep.name)
 
 
 def main(argv=None) -> int:

@@ -1,0 +1,162 @@
+"""The acceptance report for people: a terminal summary and one self-contained HTML page (charts as
+inline SVG, no script, no external file), both from the JSON report (``hal.accept/1``)."""
+from __future__ import annotations
+
+import html
+import json
+from typing import Dict, List, Optional, Sequence
+
+TITLES = {"code_changes": "1. Code changes", "operators": "2. Operators", "numerics": "3. Numerics",
+          "throughput": "4. Throughput and memory", "stability": "5. Stability", "inference": "6. Inference",
+          "environment": "7. Environment"}
+_COLOURS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b"]
+
+
+def _fmt(v, digits: int = 4) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:.{digits}g}"
+    return str(v)
+
+
+def terminal(report: dict) -> str:
+    """A few lines: the verdict, each gate, each section's verdict and summary."""
+    lines = [f"hal accept: {report['script']}: {report['verdict'].upper()} (exit {report['exit_code']}); "
+             f"reference {report['reference']}, target(s) {', '.join(report['targets'])}, {report['steps']} steps"]
+    for g in report["gates"]:
+        lines.append(f"  gate {g['gate']:<10} {'holds' if g['holds'] else 'FAILS'}: {g['detail']}")
+    for key, title in TITLES.items():
+        s = report["sections"].get(key)
+        if s:
+            lines.append(f"  {title:<26} {s['verdict']:<11} {s['summary']}")
+    for name, t in report["sections"].get("numerics", {}).get("targets", {}).items():
+        b = t.get("bisection")
+        if b and b["status"] == "found":
+            sites = ", ".join(list(b["sites"])[:3]) or "no call site recorded"
+            lines.append(f"  {name}: the loss differs because of aten::{b['op']} (at {sites}); "
+                         f"{len(b['runs'])} bisection runs")
+        elif b:
+            lines.append(f"  {name}: bisection: {b['status']}: {b.get('why', '')}")
+    return "\n".join(lines)
+
+
+def _svg_lines(series: Dict[str, Sequence[Optional[float]]], title: str, width: int = 560, height: int = 220) -> str:
+    """A line chart: one polyline per series over steps 1..n (None values skipped)."""
+    pts = [v for s in series.values() for v in s if v is not None]
+    if not pts:
+        return f"<p>{html.escape(title)}: no values</p>"
+    lo, hi = min(pts), max(pts)
+    hi = hi if hi > lo else lo + 1.0
+    n = max(len(s) for s in series.values())
+    left, right, top, bottom = 56, 12, 22, 28
+
+    def xy(i, v):
+        x = left + (width - left - right) * (i / max(n - 1, 1))
+        y = top + (height - top - bottom) * (1 - (v - lo) / (hi - lo))
+        return f"{x:.1f},{y:.1f}"
+    parts = [f'<svg role="img" aria-label="{html.escape(title)}" width="{width}" height="{height}" '
+             f'viewBox="0 0 {width} {height}" xmlns="http://www.w3.org/2000/svg">',
+             f'<text x="{left}" y="14" font-size="12">{html.escape(title)}</text>',
+             f'<line x1="{left}" y1="{height - bottom}" x2="{width - right}" y2="{height - bottom}" stroke="#999"/>',
+             f'<line x1="{left}" y1="{top}" x2="{left}" y2="{height - bottom}" stroke="#999"/>',
+             f'<text x="4" y="{top + 8}" font-size="10">{_fmt(hi)}</text>',
+             f'<text x="4" y="{height - bottom}" font-size="10">{_fmt(lo)}</text>',
+             f'<text x="{left}" y="{height - 8}" font-size="10">step 1</text>',
+             f'<text x="{width - right - 40}" y="{height - 8}" font-size="10">step {n}</text>']
+    for k, (name, values) in enumerate(series.items()):
+        colour = _COLOURS[k % len(_COLOURS)]
+        dots = " ".join(xy(i, v) for i, v in enumerate(values) if v is not None)
+        parts.append(f'<polyline class="series" data-name="{html.escape(name)}" fill="none" stroke="{colour}" '
+                     f'stroke-width="2" points="{dots}"/>')
+        parts.append(f'<text x="{width - right - 150}" y="{top + 14 * (k + 1)}" font-size="11" fill="{colour}">'
+                     f'{html.escape(name)}</text>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def _table(rows: List[dict], columns: Sequence[str]) -> str:
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(_fmt(r.get(c)))}</td>" for c in columns) + "</tr>"
+                   for r in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _section_html(key: str, s: dict, report: dict) -> str:
+    out = [f'<section id="{key}" class="{s["verdict"]}"><h2>{TITLES[key]} <span class="verdict">'
+           f'{html.escape(s["verdict"])}</span></h2><p>{html.escape(s["summary"])}</p>']
+    if key == "code_changes":
+        out.append(_table(s.get("static_findings", []), ["file", "line", "rule", "level", "what"]))
+    elif key == "operators":
+        for name, t in s.get("targets", {}).items():
+            out.append(f"<h3>{html.escape(name)} ({html.escape(t.get('profile', ''))})</h3>")
+            if t.get("error"):
+                out.append(f"<p>{html.escape(t['error'])}</p>")
+            else:
+                out.append(f"<p>{t['op_types_native']} of {t['op_types']} op types native; nodes by status: "
+                           f"{html.escape(json.dumps(t['nodes_by_status']))}</p>")
+                out.append(_table([o for o in t["ops"] if o["status"] != "native"] or
+                                  [{"op": "(every op native)"}], ["op", "calls", "status", "replacement"]))
+    elif key == "numerics":
+        series = {f"reference ({report['reference']})": s.get("reference_loss", [])}
+        for name, t in s.get("targets", {}).items():
+            series[name] = [row["target"] for row in t["comparison"]["steps"]]
+        out.append(_svg_lines(series, "loss per step"))
+        for name, t in s.get("targets", {}).items():
+            c = t["comparison"]
+            out.append(f"<h3>{html.escape(name)}</h3><p>first divergent step: {_fmt(c['first_divergent_step'])}, "
+                       f"max relative difference {_fmt(c['max_rel_diff'])} (rtol {c['rtol']})</p>")
+            out.append(_table(c["steps"], ["step", "reference", "target", "rel_diff", "within"]))
+            b = t.get("bisection")
+            if b:
+                found = (f"aten::{b['op']} at {', '.join(b['sites']) or 'no recorded call site'}"
+                         if b["status"] == "found" else f"{b['status']}: {b.get('why', '')}")
+                out.append(f"<p class='bisection'>Bisection: {html.escape(found)}</p>")
+                out.append(_table([{"run": i + 1, "ops on the host": len(r["host_ops"]), "agrees": r["agrees"],
+                                    "command": f"HAL_FALLBACK_HOST=... {r['command']}"}
+                                   for i, r in enumerate(b.get("runs", []))],
+                                  ["run", "ops on the host", "agrees", "command"]))
+    elif key == "throughput":
+        rows = []
+        ref = s.get("reference") or {}
+        for name, t in s.get("targets", {}).items():
+            tp = t.get("throughput") or {}
+            rows.append({"target": name, "ratio": t.get("ratio"), "unit": t.get("unit"),
+                         "gate": t.get("gate"), "within gate": t.get("within_gate"),
+                         "p50 step s": (tp.get("step_time_s") or {}).get("p50"),
+                         "peak memory bytes": tp.get("mem_peak_bytes"),
+                         "exposed comm share": tp.get("comm_exposed_share"),
+                         "first slow step": tp.get("first_slow_step")})
+        out.append(f"<p>reference p50 step time: {_fmt((ref.get('step_time_s') or {}).get('p50'))} s</p>")
+        out.append(_table(rows, ["target", "ratio", "unit", "gate", "within gate", "p50 step s",
+                                 "peak memory bytes", "exposed comm share", "first slow step"]))
+    elif key == "environment":
+        out.append(f"<p>torch {html.escape(s.get('torch', ''))}, Python {html.escape(s.get('python', ''))}, "
+                   f"hal {html.escape(s.get('hal', ''))}</p>")
+        out.append("<ul>" + "".join(f"<li>{html.escape(n)}</li>" for n in s.get("not_checked", [])) + "</ul>")
+    ev = s.get("evidence")
+    if ev:
+        out.append("<details><summary>commands</summary><pre>" + html.escape("\n".join(ev)) + "</pre></details>")
+    out.append("</section>")
+    return "".join(out)
+
+
+def to_html(report: dict) -> str:
+    """The report as one self-contained page."""
+    gates = _table([{"gate": g["gate"], "holds": g["holds"], "detail": g["detail"]} for g in report["gates"]],
+                   ["gate", "holds", "detail"])
+    runs = _table([{"run": n, "target": r["target"], "exit": r["exit_code"], "wall s": r["wall_s"],
+                    "command": r["command"]} for n, r in report["runs"].items()],
+                  ["run", "target", "exit", "wall s", "command"])
+    sections = "".join(_section_html(k, report["sections"][k], report) for k in TITLES if k in report["sections"])
+    style = ("body{font-family:sans-serif;max-width:1100px;margin:2em auto;color:#222}"
+             "table{border-collapse:collapse;margin:.5em 0;font-size:13px}td,th{border:1px solid #ccc;padding:2px 6px}"
+             ".verdict{font-size:13px;padding:1px 6px;border-radius:3px;background:#eee}"
+             ".pass .verdict{background:#c8e6c9}.fail .verdict{background:#ffcdd2}"
+             ".not_checked .verdict{background:#fff3c4}section{border-top:1px solid #ddd;margin-top:1em}")
+    return (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>hal accept: "
+            f"{html.escape(report['script'])}</title><style>{style}</style></head><body>"
+            f"<h1>hal accept: <span id='verdict'>{html.escape(report['verdict'])}</span></h1>"
+            f"<p>{html.escape(report['script'])} {html.escape(' '.join(report['script_args']))}: reference "
+            f"{html.escape(report['reference'])}, target(s) {html.escape(', '.join(report['targets']))}, "
+            f"{report['steps']} steps, {report['created']}</p>{gates}{sections}<h2>Runs</h2>{runs}</body></html>")

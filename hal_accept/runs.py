@@ -1,0 +1,133 @@
+"""One ``hal run`` of the user's script on one target, with hal's metrics attached from outside, and what it
+measured: the loss and gradient norm per step, throughput, memory, communication, the run report."""
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence
+
+from hal.metrics import percentile
+from hal_accept.options import AcceptOptions, Target
+
+
+@dataclass
+class Run:
+    """A finished run: its command, exit code, ``hal run`` report and per-rank metric records."""
+
+    target: Target
+    label: str
+    command: List[str]
+    env: Dict[str, str]
+    exit_code: int
+    wall_s: float
+    report: Optional[dict]
+    records: List[List[dict]]       # per rank, in step order
+    output_tail: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0 and bool(self.records) and bool(self.records[0])
+
+    def steps(self) -> List[int]:
+        return [r["step"] for r in self.records[0]] if self.records else []
+
+    def per_step(self, key: str, scalar: bool = True) -> List[Optional[float]]:
+        """The mean over ranks of ``scalars[key]`` (or a record field) per step."""
+        out = []
+        for i in range(len(self.steps())):
+            vals = []
+            for rank in self.records:
+                if i < len(rank):
+                    v = rank[i]["scalars"].get(key) if scalar else rank[i].get(key)
+                    if v is not None:
+                        vals.append(v)
+            out.append(sum(vals) / len(vals) if vals else None)
+        return out
+
+    def losses(self) -> List[Optional[float]]:
+        return self.per_step("loss")
+
+    def throughput(self) -> dict:
+        """samples/s, tokens/s and steps/s over the steps after the first (warm-up): p50, p99 (the job's:
+        ranks summed), peak memory, the exposed communication share, the step a slow stretch began."""
+        from hal.metrics import find_drops
+
+        rank0 = self.records[0] if self.records else []
+        after = rank0[1:]
+        out: dict = {"steps_measured": len(after)}
+        for key in ("samples_per_s", "tokens_per_s"):
+            per_step = [sum(rank[i].get(key) or 0.0 for rank in self.records if i < len(rank))
+                        for i in range(1, len(rank0))]
+            per_step = [v for v in per_step if v]
+            out[key] = ({"p50": statistics.median(per_step), "p99": percentile(per_step, 99)}
+                        if per_step else None)
+        times = [r["step_time_s"] for r in after if r.get("step_time_s")]
+        out["step_time_s"] = {"p50": statistics.median(times), "p99": percentile(times, 99)} if times else None
+        out["steps_per_s"] = 1.0 / out["step_time_s"]["p50"] if times else None
+        peaks = [r.get("mem_peak_bytes") for rank in self.records for r in rank if r.get("mem_peak_bytes")]
+        out["mem_peak_bytes"] = max(peaks) if peaks else None
+        comm = [(r.get("comm_exposed_s") or 0.0, r.get("step_time_s") or 0.0) for r in after
+                if r.get("comm_exposed_s") is not None]
+        out["comm_exposed_share"] = (sum(c for c, _ in comm) / sum(t for _, t in comm)
+                                     if comm and sum(t for _, t in comm) else None)
+        drops = find_drops(rank0, "samples_per_s" if out["samples_per_s"] else "step_time_s", min_history=3)
+        out["first_slow_step"] = drops[0]["start_step"] if drops else None
+        return out
+
+    def summary(self) -> dict:
+        """The run as the report shows it (JSON-ready)."""
+        return {"target": self.target.name, "label": self.label, "command": " ".join(self.command),
+                "env": self.env, "exit_code": self.exit_code, "wall_s": round(self.wall_s, 3),
+                "steps": self.steps(), "loss": self.losses(), "grad_norm": self.per_step("grad_norm"),
+                "throughput": self.throughput() if self.ok else None,
+                "output_tail": self.output_tail if not self.ok else ""}
+
+
+def _read_records(folder: Path) -> List[List[dict]]:
+    files = sorted(folder.glob("run*.jsonl"), key=lambda p: (len(p.name), p.name))
+    out = []
+    for f in files:
+        rows = [json.loads(line) for line in f.read_text(encoding="utf-8").splitlines() if line.strip()]
+        out.append(sorted(rows, key=lambda r: r["step"]))
+    return out
+
+
+def hal_run(options: AcceptOptions, target: Target, label: str, host_ops: Sequence[str] = (),
+            env_extra: Optional[Dict[str, str]] = None) -> Run:
+    """``hal run`` of the script on ``target`` (its files under ``workdir/label``), ended after
+    ``options.steps`` optimizer steps; ``host_ops`` run on the host (``HAL_FALLBACK_HOST``)."""
+    folder = Path(options.workdir) / label
+    folder.mkdir(parents=True, exist_ok=True)
+    for old in folder.glob("run*.jsonl"):
+        old.unlink()
+    report = folder / "report.json"
+    if report.exists():
+        report.unlink()
+    cmd = [sys.executable, "-m", "hal", "run", "--quiet", "--report", str(report), "--metrics", str(folder)]
+    if options.nproc_per_node:
+        cmd += ["--nproc-per-node", str(options.nproc_per_node)]
+    cmd += [options.script, *options.script_args]
+    env_set = dict(options.env)
+    env_set.update(target.env())
+    env_set.update({"HAL_METRICS_MAX_STEPS": str(options.steps), "HAL_METRICS_GRAD_NORM": "1"})
+    if host_ops:
+        env_set["HAL_FALLBACK_HOST"] = ",".join(host_ops)
+    env_set.update(env_extra or {})
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HAL_BACKEND", "HAL_EMU_OPS", "HAL_METRICS",
+                                                                    "HAL_FALLBACK_HOST"))}
+    env.update(env_set)
+    start = time.monotonic()
+    try:
+        p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=options.timeout_s)
+        code, tail = p.returncode, (p.stderr or "")[-3000:]
+    except subprocess.TimeoutExpired as exc:
+        code, tail = 124, f"stopped after {options.timeout_s:.0f} s (timeout_s); " + str(exc.stderr or "")[-2000:]
+    wall = time.monotonic() - start
+    rep = json.loads(report.read_text(encoding="utf-8")) if report.exists() else None
+    return Run(target, label, cmd, env_set, code, wall, rep, _read_records(folder), tail)
