@@ -2,15 +2,17 @@
 
 A model whose parameters are DTensors (FSDP2 ``fully_shard``, tensor parallel, a 2-D mesh)
 is saved in DCP's own format under ``step-N/dcp/``: each rank writes its shards
-(files DCP names, e.g. ``__R_0.distcp``; hal takes the names from DCP's write results, read
-back with ``torch.load(weights_only=True)``), the coordinator
-writes DCP's ``.metadata`` (a pickle, like the small non-tensor items DCP stores).  The model and
-optimizer state come from ``torch.distributed.checkpoint.state_dict.get_state_dict`` and go
+(files DCP names, e.g. ``__R_0.distcp``, read back with ``torch.load(weights_only=True)``), the
+coordinator writes DCP's ``.metadata`` (a pickle, like the small non-tensor items DCP stores).  The
+model and optimizer state come from ``torch.distributed.checkpoint.state_dict.get_state_dict`` and go
 back with ``set_state_dict``, so DCP reshards them at load for any world size or layout.
-hal adds only its commit protocol around DCP's files: every rank hashes (sha256) and fsyncs
-the files it wrote, rank 0 lists them in ``manifest.json`` after every rank is done, and
-no DCP file is opened on load before the manifest's checksums matched: a file changed after
-the save is refused before any of its pickles is read.
+hal adds only its commit protocol around DCP's files, through DCP's published seam: a
+``FileSystemWriter`` subclass whose ``finish(metadata, results)`` -- called on the coordinator
+with every rank's write results, the ones it records in ``.metadata`` -- keeps which files each
+rank wrote.  Rank 0 sends each rank that list, every rank fsyncs and hashes (sha256) its own
+files, rank 0 lists them all in ``manifest.json`` after every rank is done, and no DCP file is
+opened on load before the manifest's checksums matched: a file changed after the save is refused
+before any of its pickles is read.
 """
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ from typing import Dict, List, Optional, Tuple
 
 import torch
 
+from hal.checkpoint import _dist
 from hal.checkpoint._errors import CheckpointError
 from hal.checkpoint._files import sha256_file
 from hal.util.io import fsync_dir
@@ -161,31 +164,48 @@ def _scope(group, fn) -> dict:
     return {"process_group": group}
 
 
+def files_by_rank(results) -> Tuple[Tuple[str, ...], ...]:
+    """The files each rank wrote, from the ``results`` DCP hands its writer's ``finish``.
+
+    ``results[r]`` holds rank ``r``'s ``WriteResult`` items; each one's ``storage_data`` is where
+    ``FileSystemWriter`` put the item (``relative_path``: the name ``.metadata`` records), so hal
+    never guesses DCP's file naming from a pattern.
+    """
+    out = []
+    for r, rank_results in enumerate(results):
+        names = set()
+        for wr in rank_results:
+            name = getattr(getattr(wr, "storage_data", None), "relative_path", None)
+            if not isinstance(name, str) or not name:
+                raise CheckpointError(
+                    f"torch {torch.__version__}: a WriteResult of rank {r} given to FileSystemWriter.finish has "
+                    f"no storage_data.relative_path ({type(getattr(wr, 'storage_data', None)).__name__}; each "
+                    "item's file name on the torches of docs/torch-window.md), so hal cannot list the files "
+                    "torch.distributed.checkpoint wrote; save with a torch of hal's window")
+            names.add(name)
+        out.append(tuple(sorted(names)))
+    return tuple(out)
+
+
 @functools.lru_cache(maxsize=None)
-def _recording_writer():
+def _listing_writer():
     from torch.distributed.checkpoint import FileSystemWriter
 
-    class RecordingWriter(FileSystemWriter):
-        written: Tuple[str, ...] = ()
+    class ListingWriter(FileSystemWriter):
+        #: set by ``finish`` on the coordinator only: the files of every rank, by rank
+        listed: Optional[Tuple[Tuple[str, ...], ...]] = None
 
-        def write_data(self, plan, planner):
-            def keep(done):
-                results = done.value()
-                self.written = tuple(sorted({wr.storage_data.relative_path for wr in results}))
-                return results
-            return super().write_data(plan, planner).then(keep)
+        def finish(self, metadata, results) -> None:
+            super().finish(metadata, results)
+            self.listed = files_by_rank(results)
 
-    return RecordingWriter
+    return ListingWriter
 
 
 def _writer(folder: Path):
-    """DCP's ``FileSystemWriter`` that also keeps the names of the files this rank wrote (``.written``).
-
-    The names come from DCP itself: ``write_data`` returns one ``WriteResult`` per item, whose
-    ``storage_data.relative_path`` is the file DCP put it in (what ``finish`` records in ``.metadata``),
-    so hal never guesses DCP's file naming from a pattern.
-    """
-    return _recording_writer()(str(folder), sync_files=True)
+    """DCP's ``FileSystemWriter`` whose ``finish`` also keeps the files every rank wrote (``.listed``,
+    on the coordinator: see :func:`files_by_rank`)."""
+    return _listing_writer()(str(folder), sync_files=True)
 
 
 def _root_error(exc: BaseException) -> BaseException:
@@ -200,35 +220,47 @@ def _root_error(exc: BaseException) -> BaseException:
 
 
 class Pending:
-    """A DCP save under way (or done): :meth:`finish` waits, hashes this rank's files."""
+    """A DCP save under way (or done): :meth:`finish` waits, learns this rank's files, hashes them."""
 
-    def __init__(self, folder: Path, rank: int, writer, future: Optional[Future] = None,
+    def __init__(self, folder: Path, rank: int, group, writer, future: Optional[Future] = None,
                  error: Optional[BaseException] = None):
-        self.folder, self.rank, self.writer, self.future, self.error = folder, rank, writer, future, error
+        self.folder, self.rank, self.group, self.writer = folder, rank, group, writer
+        self.future, self.error = future, error
 
     def finish(self) -> Tuple[Dict[str, dict], Optional[tuple]]:
-        """``(manifest entries of this rank's DCP files, failure or None)``."""
+        """``(manifest entries of this rank's DCP files, failure or None)``.
+
+        Collective on the checkpoint group: rank 0 (DCP's coordinator) sends every rank the file
+        list its writer's ``finish`` kept, whether or not the save failed, so that every rank
+        goes on to the commit's gather.
+        """
         if self.future is not None:
             try:
                 self.future.result()
             except BaseException as exc:  # DCP raises the same error on every rank
                 self.error = exc
             self.future = None
+        listed = _dist.broadcast(self.writer.listed if self.rank == 0 else None, self.group)
         if self.error is not None:
             inner = _root_error(self.error)
             err = inner.errno if isinstance(inner, OSError) else None
             text = (f"{inner.strerror} (errno {inner.errno})" if isinstance(inner, OSError) and inner.errno
                     else f"{type(inner).__name__}: {(str(inner).strip().splitlines() or [''])[-1][:300]}")
             return {}, (self.rank, err, f"torch.distributed.checkpoint could not write {self.folder}: {text}")
+        if listed is None or self.rank >= len(listed):
+            return {}, (self.rank, None, f"torch.distributed.checkpoint finished the save of {self.folder} "
+                        f"without listing rank {self.rank}'s files in FileSystemWriter.finish on rank 0 "
+                        f"(torch {torch.__version__}), so they cannot be hashed into the manifest; save "
+                        "with a torch of hal's window (docs/torch-window.md)")
         try:
-            return own_files(self.folder, self.rank, self.writer.written), None
+            return own_files(self.folder, self.rank, listed[self.rank]), None
         except OSError as exc:
             return {}, (self.rank, exc.errno, f"rank {self.rank} cannot read back {self.folder}: {exc}")
 
 
 def own_files(folder: Path, rank: int, written) -> Dict[str, dict]:
-    """Size and sha256 of the DCP files ``rank`` wrote (``written``, as DCP named them; rank 0 also
-    DCP's ``.metadata``), fsynced again: durable before the manifest."""
+    """Size and sha256 of the DCP files ``rank`` wrote (``written``, as DCP's ``finish`` listed them;
+    rank 0 also DCP's ``.metadata``), fsynced again: durable before the manifest."""
     names = list(written)
     if rank == 0:
         names.append(METADATA)
@@ -348,7 +380,7 @@ def start(step_dir: Path, st: dict, rank: int, group, async_save: bool,
         if group is None:
             with _one_process(None):
                 dcp.save(st, storage_writer=writer, **_scope(None, dcp.save))
-            return Pending(folder, rank, writer)
+            return Pending(folder, rank, group, writer)
         if async_save:
             kw = dict(storage_writer=writer, **_scope(group, dcp.async_save))
             if stage is not None and _takes(dcp.async_save, "async_stager"):
@@ -356,11 +388,11 @@ def start(step_dir: Path, st: dict, rank: int, group, async_save: bool,
                 kw["async_stager"] = _staged_as_is()
             # else (torch before async_stager, 2.7 among them): DCP stages the state to host memory itself
             fut = dcp.async_save(st, **kw)
-            return Pending(folder, rank, writer, future=getattr(fut, "upload_completion", fut))
+            return Pending(folder, rank, group, writer, future=getattr(fut, "upload_completion", fut))
         dcp.save(st, storage_writer=writer, **_scope(group, dcp.save))
     except BaseException as exc:  # noqa: BLE001 - every rank must reach the commit
-        return Pending(folder, rank, writer, error=exc)
-    return Pending(folder, rank, writer)
+        return Pending(folder, rank, group, writer, error=exc)
+    return Pending(folder, rank, group, writer)
 
 
 def load(step_dir: Path, model, optimizer, group) -> None:

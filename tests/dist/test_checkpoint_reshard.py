@@ -80,6 +80,20 @@ def test_keep_last_applies_to_sharded_steps(four_then_two):
     assert all(ckpt.is_complete(root / f"step-0000000{s}") for s in (3, K))
 
 
+def test_the_manifest_lists_the_files_of_every_rank_as_dcp_recorded_them(four_then_two):
+    """The names come from DCP's finish() on rank 0; each file is hashed by, and attributed to, its writer."""
+    from torch.distributed.checkpoint import FileSystemReader
+
+    step = four_then_two[0] / f"step-0000000{K}"
+    files = json.loads((step / "manifest.json").read_text())["files"]
+    shards = {name: e["rank"] for name, e in files.items() if name.startswith("dcp/") and name != "dcp/.metadata"}
+    named = {md.relative_path for md in FileSystemReader(str(step / "dcp")).read_metadata().storage_data.values()}
+    assert set(shards) == {f"dcp/{n}" for n in named}
+    # DCP prefixes each rank's files with __<rank>_ (its naming, read here only to check who wrote what)
+    assert sorted(shards.items()) == [(f"dcp/__{r}_0.distcp", r) for r in range(4)]
+    assert files["dcp/.metadata"]["rank"] == 0
+
+
 def test_the_resume_logs_one_line_saying_what_was_resharded(four_then_two):
     lines = [line for line in four_then_two[2][0].result["log"] if "resharded" in line]
     assert len(lines) == 1, four_then_two[2][0].result["log"]
