@@ -96,8 +96,9 @@ class Checkpointer:
     saved through ``torch.distributed.checkpoint`` (``dcp.async_save`` when asynchronous):
     each rank writes its shards, and ``resume()`` reshards them to the layout and world
     size of the job now.  With async saving, each rank keeps the host copy of its shards
-    between saves (one copy of its shards in host memory, freed by ``close()``), so a save
-    copies into memory already allocated instead of allocating it again.  Under torchrun, ``resume()`` logs
+    between saves (one copy of its shards in host memory, freed by ``close()``; made by DCP's
+    ``DefaultStager`` where torch has one), so a save copies into memory already allocated
+    instead of allocating it again.  Under torchrun, ``resume()`` logs
     why the group restarted, one line per event (logger ``hal.checkpoint``), from the
     records ranks leave when they fail inside ``with saver:``.
 
@@ -134,7 +135,7 @@ class Checkpointer:
         self.last_step: Optional[int] = None
         self._thread: Optional[threading.Thread] = None
         self._error: Optional[BaseException] = None
-        self._stage = _dcp.HostStage()
+        self._stage = _dcp.Staging()
 
     # -- saving -------------------------------------------------------------------------
     def _data(self, epoch: Optional[int]) -> Optional[dict]:

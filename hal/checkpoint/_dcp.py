@@ -194,6 +194,15 @@ def _listing_writer():
     class ListingWriter(FileSystemWriter):
         #: set by ``finish`` on the coordinator only: the files of every rank, by rank
         listed: Optional[Tuple[Tuple[str, ...], ...]] = None
+        #: the state given to ``async_save`` is a host copy already (:class:`Staging`); a torch
+        #: whose async_save has no async_stager stages through this writer's ``stage``
+        staged = False
+
+        def stage(self, state_dict):
+            if not self.staged:
+                return super().stage(state_dict)
+            self.per_thread_copy_ahead = 0  # as FileSystemWriter.stage: the state is in host memory
+            return state_dict
 
         def finish(self, metadata, results) -> None:
             super().finish(metadata, results)
@@ -278,17 +287,36 @@ def own_files(folder: Path, rank: int, written) -> Dict[str, dict]:
     return out
 
 
-class HostStage:
-    """This rank's shards copied to host memory for an asynchronous save, into buffers kept between saves.
+def _local_tensors(obj):
+    """Every tensor of a state, DTensors as their local shard (what staging copies)."""
+    dt = _dtensor_type()
+    if dt is not None and isinstance(obj, dt):
+        yield obj.to_local()
+    elif isinstance(obj, torch.Tensor):
+        yield obj
+    elif isinstance(obj, dict):
+        for v in obj.values():
+            yield from _local_tensors(v)
+    elif isinstance(obj, (list, tuple)):
+        for v in obj:
+            yield from _local_tensors(v)
 
-    DCP's own staging (``FileSystemWriter.stage`` without ``cache_staged_state_dict``)
-    deep-copies every shard into new memory and then copies it once more, on every save;
-    its cached form pins memory, which a host without an accelerator refuses.  Here the
-    buffers (pinned when the shard lives on an accelerator that allows it) are allocated at
-    the first save and reused, so a save copies each shard once, into memory already
-    touched.  The caller must not stage again before DCP has written the previous copy
-    (``Checkpointer.save`` waits for the previous save first).  Holds one host copy of this
-    rank's shards until :meth:`release`.
+
+class HostStage:
+    """hal's own copy of this rank's shards in host memory, into buffers kept between saves.
+
+    The path for what DCP's ``DefaultStager`` (:class:`Staging`) does not cover: a torch
+    without it -- before 2.9: 2.4.1, 2.6.0 and 2.7.1 of hal's window, whose ``async_save`` would
+    otherwise stage through ``FileSystemWriter.stage``, new memory and two copies on every save
+    (6x this copy at 192 MiB, torch 2.13), and whose cached form pins memory, which fails on a
+    host without an accelerator -- and shards on an accelerator DCP's stager cannot pin host
+    memory for (torch 2.13 and 2.14 pin through ``torch.cuda`` only, and warn otherwise: on
+    hal's emulated device its copy is pageable, this one pinned).  Figures:
+    ``bench/bench_checkpoint_staging.py``, docs/checkpoint.md.  The buffers (pinned when the shard
+    lives on an accelerator that allows it) are allocated at the first save and reused, so a save
+    copies each shard once, into memory already touched.  The caller must not stage again before DCP has written the
+    previous copy (``Checkpointer.save`` waits for the previous save first).  Holds one host
+    copy of this rank's shards until :meth:`release`.
     """
 
     def __init__(self):
@@ -337,14 +365,84 @@ class HostStage:
         """Drop the buffers (the next save allocates them again)."""
         self._buffers.clear()
 
-    @property
-    def nbytes(self) -> int:
-        """Host memory the buffers hold."""
-        return sum(b.numel() * b.element_size() for b in self._buffers.values())
+
+def _default_stager(on_device: bool):
+    """``(DCP's DefaultStager, None)`` configured for hal's asynchronous save, or ``(None, why not)``.
+
+    The copy is made before ``stage`` returns (``use_async_staging=False``: ``Checkpointer.save``
+    returns once the state is copied, so the loop may change it at once), into ordinary process
+    memory (``use_shared_memory=False``: the writer is a thread of this process); pinned memory
+    and non-blocking copies only for shards on an accelerator -- with the defaults,
+    ``StagingOptions()``, torch 2.13 refuses a host without one (``AssertionError: Non-blocking
+    copy requires that the current accelerator is available``).  A stager that warns as it is
+    made (torch 2.13, 2.14: it pins through ``torch.cuda`` only, "Ignoring pin_memory flag ...")
+    is not used.
+    """
+    try:
+        from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
+    except ImportError:
+        return None, (f"torch {torch.__version__}'s torch.distributed.checkpoint.staging has no DefaultStager "
+                      "(it came with torch 2.9)")
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        try:
+            stager = DefaultStager(StagingOptions(use_pinned_memory=on_device, use_shared_memory=False,
+                                                  use_async_staging=False, use_non_blocking_copy=on_device))
+        except (AssertionError, RuntimeError, TypeError) as exc:
+            return None, f"DCP's DefaultStager refused the options: {type(exc).__name__}: {exc}"
+    if said:
+        stager.close()
+        return None, f"DCP's DefaultStager: {str(said[0].message).strip()}"
+    return stager, None
+
+
+class Staging:
+    """How this rank's shards reach host memory for an asynchronous save; the copy is kept between saves.
+
+    DCP's own ``DefaultStager`` where this torch has one and it can serve the shards (see
+    :func:`_default_stager`; on torch 2.13 without an accelerator it copies 192 MiB of FSDP2 and
+    AdamW state into the same host memory every save, 1.2x HostStage's time), else
+    :class:`HostStage`, which says when.  Either way the state is copied once into host memory
+    that the next save reuses, one host copy of this rank's shards held until :meth:`release`.
+    """
+
+    def __init__(self):
+        self._host = HostStage()
+        self._dcp = None            # DCP's DefaultStager, made at the first save that can use it
+        self._on_device: Optional[bool] = None
+        #: which stager copied the last save (``"DefaultStager"`` or ``"HostStage"``) and, if HostStage
+        #: while torch has a DefaultStager, why
+        self.used: Optional[str] = None
+        self.why_not_dcp: Optional[str] = None
+        #: the host tensors of the last copy (their addresses, to see that a save reuses the memory)
+        self.data_ptrs: List[int] = []
+        self.nbytes = 0
+
+    def stage(self, st: dict) -> dict:
+        """A copy of ``st`` in host memory, made now (the caller may change ``st`` as soon as this returns)."""
+        on_device = any(t.device.type != "cpu" for t in _local_tensors(st))
+        if on_device != self._on_device:  # the first save, or shards that moved
+            self.release()
+            self._on_device = on_device
+            self._dcp, self.why_not_dcp = _default_stager(on_device)
+        out = self._dcp.stage(st) if self._dcp is not None else self._host.stage(st)
+        self.used = "DefaultStager" if self._dcp is not None else "HostStage"
+        host = list(_local_tensors(out))
+        self.data_ptrs = [t.data_ptr() for t in host]
+        self.nbytes = sum(t.numel() * t.element_size() for t in host)
+        return out
+
+    def release(self) -> None:
+        """Free the host copy (the next save allocates it again)."""
+        if self._dcp is not None:
+            self._dcp.close()   # after close() a DefaultStager stages no more
+        self._dcp, self._on_device = None, None
+        self._host.release()
+        self.data_ptrs, self.nbytes = [], 0
 
 
 def _staged_as_is():
-    """A DCP stager for a state already copied to host memory (by :class:`HostStage`)."""
+    """A DCP stager for a state already copied to host memory (by :class:`Staging`)."""
     from torch.distributed.checkpoint.staging import AsyncStager
 
     class _AsIs(AsyncStager):
@@ -363,11 +461,11 @@ def _staged_as_is():
 
 
 def start(step_dir: Path, st: dict, rank: int, group, async_save: bool,
-          stage: Optional[HostStage] = None) -> Pending:
+          stage: Optional[Staging] = None) -> Pending:
     """Start DCP's save of ``st`` into ``step_dir/dcp`` (collective on ``group``).
 
-    With ``async_save`` the state is staged to host memory now (into ``stage``'s buffers,
-    or by ``dcp.async_save`` itself without one) and the files are written by DCP's thread;
+    With ``async_save`` the state is staged to host memory now (by ``stage``, or by
+    ``dcp.async_save`` itself without one) and the files are written by DCP's thread;
     otherwise written before returning.  Errors are kept in the returned :class:`Pending`,
     so every rank reaches the commit's gather.
     """
@@ -383,10 +481,12 @@ def start(step_dir: Path, st: dict, rank: int, group, async_save: bool,
             return Pending(folder, rank, group, writer)
         if async_save:
             kw = dict(storage_writer=writer, **_scope(group, dcp.async_save))
-            if stage is not None and _takes(dcp.async_save, "async_stager"):
+            if stage is not None:
                 st = stage.stage(st)
-                kw["async_stager"] = _staged_as_is()
-            # else (torch before async_stager, 2.7 among them): DCP stages the state to host memory itself
+                if _takes(dcp.async_save, "async_stager"):
+                    kw["async_stager"] = _staged_as_is()
+                else:  # torch before async_stager (2.4.1, 2.6.0, 2.7.1): async_save stages through the writer
+                    writer.staged = True
             fut = dcp.async_save(st, **kw)
             return Pending(folder, rank, group, writer, future=getattr(fut, "upload_completion", fut))
         dcp.save(st, storage_writer=writer, **_scope(group, dcp.save))
