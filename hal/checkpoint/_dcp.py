@@ -48,6 +48,12 @@ def _dtensor_type():
     return DTensor
 
 
+def is_dtensor(obj) -> bool:
+    """True when ``obj`` is a DTensor (a tensor sharded or replicated over a device mesh)."""
+    dt = _dtensor_type()
+    return dt is not None and isinstance(obj, dt)
+
+
 def holds_dtensor(model) -> bool:
     """True when ``model`` has at least one DTensor parameter (FSDP2, tensor parallel, 2-D)."""
     dt = _dtensor_type()

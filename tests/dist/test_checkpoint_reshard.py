@@ -74,6 +74,14 @@ def test_resumed_at_2_ranks_trains_on_what_the_4_rank_run_had_left(four_then_two
                                    rtol=RTOL, atol=ATOL)
 
 
+def test_each_rank_resumes_its_own_stateful_object(four_then_two):
+    """states={"progress": ...}: saved by every rank with the sharded step, each rank's own back at 2 ranks."""
+    _, ref, resumed = four_then_two
+    for r in resumed:
+        own = ref[r.rank].result["own_losses"][str(K)]
+        assert r.result["progress_restored"] == {"rank": r.rank, "steps": K, "last_loss": own}, r.rank
+
+
 def test_keep_last_applies_to_sharded_steps(four_then_two):
     root = four_then_two[0]
     assert sorted(p.name for p in root.iterdir() if p.name.startswith("step-")) == ["step-00000003", "step-00000005"]
@@ -130,7 +138,7 @@ def test_info_reports_world_size_layout_and_tensors(four_then_two):
     assert (rep["mode"], rep["world_size"], rep["step"]) == ("dcp", 4, K)
     assert rep["layout"]["meshes"] == [{"shape": [4], "dim_names": ["dp"], "placements": "S(0)", "parameters": 4}]
     assert rep["model"]["0.weight"] == {"shape": [16, 8], "dtype": "float32", "placements": "S(0)"}
-    assert rep["optimizer"]["tensors"] == 12 and rep["holds"] == ["scheduler"]
+    assert rep["optimizer"]["tensors"] == 12 and rep["holds"] == ["scheduler"] and rep["states"] == ["progress"]
     assert rep["data"]["position"] == K * GLOBAL_BATCH and rep["data"]["world_size"] == 4
 
 
@@ -150,7 +158,8 @@ def test_a_full_disk_then_a_killed_rank_leave_no_loadable_half_checkpoint(tmp_pa
     assert not ckpt.is_complete(root / "step-00000006")
     assert ckpt.latest(root) == root / "step-00000002"
     plain = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
-    ck = ckpt.load(root, model=plain, restore_rng=False)   # one process, no torch.distributed
+    with pytest.warns(ckpt.CheckpointWarning, match="holds the state of 'progress'"):  # not given here
+        ck = ckpt.load(root, model=plain, restore_rng=False)   # one process, no torch.distributed
     assert ck.step == 2 and [s.step for s in ck.skipped] == [6]
 
 

@@ -83,3 +83,4 @@ def test_a_sharded_save_of_the_first_layout_loads_into_the_unsharded_model(tmp_p
     ck = ckpt.resume(root, model=model, optimizer=opt, scheduler=sched, restore_rng=False)
     assert (ck.step, ck.manifest["mode"], ck.extra) == (made.STEP, "dcp", made.EXTRA)
     _assert_state_as_made(model, opt, sched)
+    assert ck.states == {}, "the first layout has no states= objects"
