@@ -80,7 +80,7 @@ def _measure(make, step, state, repeat):
                 t0 = time.perf_counter()
                 out = stager.stage(st)
                 times.append(time.perf_counter() - t0)
-                ptrs.append(sorted(t.data_ptr() for t in _dcp._local_tensors(out)))
+                ptrs.append(sorted(t.data_ptr() for t in _dcp.local_tensors(out)))
                 del out
         except Exception as exc:  # noqa: BLE001
             return None, None, f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}"
@@ -100,7 +100,7 @@ def main():
         big = int((args.mb * 2 ** 20 / 4 / 3 / 4) ** 0.5)  # 4 layers, weights + 2 AdamW tensors, float32
         for width in (128, big):
             step, state = _model_state(width)
-            nbytes = sum(t.numel() * t.element_size() for t in _dcp._local_tensors(state()))
+            nbytes = sum(t.numel() * t.element_size() for t in _dcp.local_tensors(state()))
             print(f"\n{nbytes / 2 ** 20:.1f} MiB of shards and AdamW state (4 x Linear({width}, {width}))")
             base = None
             for name, make in _stagers().items():

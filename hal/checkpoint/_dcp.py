@@ -293,8 +293,8 @@ def own_files(folder: Path, rank: int, written) -> Dict[str, dict]:
     return out
 
 
-def _local_tensors(obj):
-    """Every tensor of a state, DTensors as their local shard (what staging copies)."""
+def local_tensors(obj):
+    """Every tensor of a state (dicts, lists, tuples), a DTensor as its local shard: what staging copies."""
     dt = _dtensor_type()
     if dt is not None and isinstance(obj, dt):
         yield obj.to_local()
@@ -302,10 +302,10 @@ def _local_tensors(obj):
         yield obj
     elif isinstance(obj, dict):
         for v in obj.values():
-            yield from _local_tensors(v)
+            yield from local_tensors(v)
     elif isinstance(obj, (list, tuple)):
         for v in obj:
-            yield from _local_tensors(v)
+            yield from local_tensors(v)
 
 
 class HostStage:
@@ -426,14 +426,14 @@ class Staging:
 
     def stage(self, st: dict) -> dict:
         """A copy of ``st`` in host memory, made now (the caller may change ``st`` as soon as this returns)."""
-        on_device = any(t.device.type != "cpu" for t in _local_tensors(st))
+        on_device = any(t.device.type != "cpu" for t in local_tensors(st))
         if on_device != self._on_device:  # the first save, or shards that moved
             self.release()
             self._on_device = on_device
             self._dcp, self.why_not_dcp = _default_stager(on_device)
         out = self._dcp.stage(st) if self._dcp is not None else self._host.stage(st)
         self.used = "DefaultStager" if self._dcp is not None else "HostStage"
-        host = list(_local_tensors(out))
+        host = list(local_tensors(out))
         self.data_ptrs = [t.data_ptr() for t in host]
         self.nbytes = sum(t.numel() * t.element_size() for t in host)
         return out
