@@ -407,8 +407,9 @@ class Staging:
 
     DCP's own ``DefaultStager`` where this torch has one and it can serve the shards (see
     :func:`_default_stager`; on torch 2.13 without an accelerator it copies 192 MiB of FSDP2 and
-    AdamW state into the same host memory every save, 1.2x HostStage's time), else
-    :class:`HostStage`, which says when.  Either way the state is copied once into host memory
+    AdamW state into the same host memory every save, in 0.7-1.2x HostStage's time; on a busy
+    host it costs milliseconds per CPU storage over 32 KiB, which it copies as bytes through
+    torch's intra-op threads: docs/checkpoint.md), else :class:`HostStage`, which says when.  Either way the state is copied once into host memory
     that the next save reuses, one host copy of this rank's shards held until :meth:`release`.
     """
 
