@@ -95,6 +95,7 @@ def save_job(root: str, mb: int, rounds: int) -> dict:
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
 
     import hal.checkpoint as ckpt
+    from hal.checkpoint._dcp import local_tensors
 
     rank = dist.get_rank()
     model, opt = _model(mb)
@@ -115,8 +116,7 @@ def save_job(root: str, mb: int, rounds: int) -> dict:
 
     def host_copy():
         msd, osd = get_state_dict(model, opt)
-        return [t.to_local().clone() if hasattr(t, "to_local") else t.clone()
-                for t in _tensors({"model": msd, "optimizer": osd})]
+        return [t.clone() for t in local_tensors({"model": msd, "optimizer": osd})]
 
     times = {k: [] for k in ("torch_save", "dcp_save", "hal_sync", "sync_stall", "async_stall",
                              "async_commit", "host_copy")}
@@ -138,22 +138,9 @@ def save_job(root: str, mb: int, rounds: int) -> dict:
                 times["async_stall"].append(_slowest(async_saver.last_stall_s))
             else:
                 times[key].append(_timed(host_copy))
-    shard_bytes = sum(t.to_local().numel() * t.element_size() if hasattr(t, "to_local") else 0
-                      for t in _tensors(dict(zip(("model", "optimizer"), get_state_dict(model, opt)))))
+    shard_bytes = sum(t.numel() * t.element_size()   # this rank's shards (and the optimizer's step counts)
+                      for t in local_tensors(dict(zip(("model", "optimizer"), get_state_dict(model, opt)))))
     return {"times": times, "shard_bytes": shard_bytes, "last": str(async_saver.last_path)}
-
-
-def _tensors(tree):
-    import torch
-
-    if isinstance(tree, torch.Tensor):
-        yield tree
-    elif isinstance(tree, dict):
-        for v in tree.values():
-            yield from _tensors(v)
-    elif isinstance(tree, (list, tuple)):
-        for v in tree:
-            yield from _tensors(v)
 
 
 def load_job(root: str, mb: int) -> dict:

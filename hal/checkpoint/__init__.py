@@ -20,7 +20,8 @@
             epoch += 1
 
 What is saved: model, optimizer, LR scheduler, grad scaler, step, the data position (each
-rank's loader state and sampler epoch), user extras and the RNG
+rank's loader state and sampler epoch), any other object with ``state_dict()`` given by name
+in ``states=`` (``Stateful``, as DCP accepts them), user extras and the RNG
 of python, numpy, the torch CPU generator and the current device (keyed ``"cpu"``,
 ``"cuda:0"``, ``"npu:1"``...).  Tensors go to safetensors, everything else to JSON: no
 pickle is executed on load.  A save writes temp files, fsyncs and renames them, writes
@@ -36,7 +37,7 @@ See ``docs/checkpoint.md``; for jobs that restart themselves under torchrun
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import Mapping, Optional
 
 from hal.checkpoint import _dist
 from hal.checkpoint._checkpointer import Checkpointer, check_keep
@@ -61,8 +62,8 @@ __all__ = ["save", "load", "resume", "latest", "scan", "describe", "consolidate"
 
 
 def save(dir, step: int, *, model=None, optimizer=None, scheduler=None, scaler=None,
-         extra: Optional[dict] = None, mode: str = "replicated", keep_last: Optional[int] = None,
-         rng: bool = True) -> Path:
+         states: Optional[Mapping] = None, extra: Optional[dict] = None, mode: str = "replicated",
+         keep_last: Optional[int] = None, rng: bool = True) -> Path:
     """Save the training state of ``step`` under ``dir`` and return the checkpoint folder.
 
     Synchronous; use :class:`Checkpointer` to overlap the write with training.  Under
@@ -71,6 +72,10 @@ def save(dir, step: int, *, model=None, optimizer=None, scheduler=None, scaler=N
     :param dir: checkpoint root; checkpoints go to ``dir/step-NNNNNNNN``.
     :param step: the training step just completed (a non-negative int).
     :param model: / optimizer / scheduler / scaler: objects with ``state_dict()``.
+    :param states: other objects with ``state_dict()`` / ``load_state_dict()``
+        (``torch.distributed.checkpoint.stateful.Stateful``: a sampler, a data loader...), by
+        name, e.g. ``{"sampler": sampler}``; each rank saves its own objects' state, and
+        ``load`` / ``resume`` with the same ``states=`` restore them.
     :param extra: a dict of your own (sampler position, epoch...): numbers, strings,
         lists, dicts and tensors; anything that would need pickle is refused.
     :param mode: ``"replicated"`` (rank 0 writes the state; every rank writes its RNG) or
@@ -81,5 +86,5 @@ def save(dir, step: int, *, model=None, optimizer=None, scheduler=None, scaler=N
     check_keep(keep_last)
     group = _dist.group()
     snap = snapshot(step, model=model, optimizer=optimizer, scheduler=scheduler, scaler=scaler,
-                    extra=extra, mode=mode, clone=False, rng=rng)
+                    states=states, extra=extra, mode=mode, clone=False, rng=rng)
     return persist(dir, snap, keep_last=keep_last, group=group)

@@ -6,13 +6,13 @@ import threading
 import time
 import warnings
 from pathlib import Path
-from typing import Optional
+from typing import Mapping, Optional
 
 from hal.checkpoint import _dcp, _dist, _events
 from hal.checkpoint._errors import CheckpointError, CheckpointWarning
 from hal.checkpoint._load import Checkpoint, latest, resume
 from hal.checkpoint._sampler import ElasticSampler, FollowedSampler, delivered_batches, follow, resplit_refusal
-from hal.checkpoint._save import MODES, CheckpointWriteError, commit, open_step, persist, snapshot
+from hal.checkpoint._save import MODES, CheckpointWriteError, check_states, commit, open_step, persist, snapshot
 from hal.checkpoint._tree import from_inline, to_inline
 
 log = logging.getLogger("hal.checkpoint")
@@ -62,7 +62,8 @@ class Checkpointer:
     ::
 
         saver = hal.checkpoint.Checkpointer("ckpt", every=100, model=model, optimizer=opt,
-                                            scheduler=sched, scaler=scaler, dataloader=loader)
+                                            scheduler=sched, scaler=scaler, dataloader=loader,
+                                            states={"ema": ema})   # anything with state_dict()
         ck = saver.resume()                       # None on a fresh start
         step, epoch = (ck.step, ck.epoch or 0) if ck else (0, 0)
         with saver:
@@ -96,20 +97,32 @@ class Checkpointer:
     saved through ``torch.distributed.checkpoint`` (``dcp.async_save`` when asynchronous):
     each rank writes its shards, and ``resume()`` reshards them to the layout and world
     size of the job now.  With async saving, each rank keeps the host copy of its shards
-    between saves (one copy of its shards in host memory, freed by ``close()``), so a save
-    copies into memory already allocated instead of allocating it again.  Under torchrun, ``resume()`` logs
+    between saves (one copy of its shards in host memory, freed by ``close()``; made by DCP's
+    ``DefaultStager`` where torch has one), so a save copies into memory already allocated
+    instead of allocating it again.  Under torchrun, ``resume()`` logs
     why the group restarted, one line per event (logger ``hal.checkpoint``), from the
     records ranks leave when they fail inside ``with saver:``.
 
+    Other objects with ``state_dict()`` / ``load_state_dict()`` (``Stateful``, as DCP accepts
+    them: a sampler, a data loader, a schedule of your own, an EMA tracker) go in ``states=``
+    by name: ``save()`` stores each one's ``state_dict()`` of the moment, every rank its own,
+    and ``resume()`` gives each back with ``load_state_dict()``; a rank that did not exist at
+    save time gets rank 0's (with a CheckpointWarning).  For the data loader itself prefer
+    ``dataloader=``, whose position re-splits at another world size.
+
     :param every: ``step(n)`` saves when ``n`` is a multiple of ``every`` (None: only explicit saves).
+    :param states: named objects with ``state_dict()`` / ``load_state_dict()``, saved and restored
+        with the rest (their states are stored inline in each rank's JSON file: meant for small ones).
     :param keep_last: keep the newest N complete checkpoints (None keeps all).
     :param max_failed_saves: consecutive saves a full disk may drop before the error is raised.
     """
 
     def __init__(self, dir, *, every: Optional[int] = None, model=None, optimizer=None,
-                 scheduler=None, scaler=None, dataloader=None, keep_last: Optional[int] = 3,
-                 async_save: bool = True, mode: str = "replicated", max_failed_saves: int = 3):
+                 scheduler=None, scaler=None, dataloader=None, states: Optional[Mapping] = None,
+                 keep_last: Optional[int] = 3, async_save: bool = True, mode: str = "replicated",
+                 max_failed_saves: int = 3):
         check_keep(keep_last)
+        check_states(states)
         if mode not in MODES:
             raise CheckpointError(f"mode={mode!r}: use one of {', '.join(MODES)}")
         if every is not None and (isinstance(every, bool) or not isinstance(every, int) or every < 1):
@@ -119,7 +132,8 @@ class Checkpointer:
             raise CheckpointError("dataloader=" + _PLAIN_LOADER.format(name=type(dataloader).__name__))
         self.dir = Path(dir)
         self.every = every
-        self.objects = {"model": model, "optimizer": optimizer, "scheduler": scheduler, "scaler": scaler}
+        self.objects = {"model": model, "optimizer": optimizer, "scheduler": scheduler, "scaler": scaler,
+                        "states": dict(states) if states else None}
         self.dataloader = dataloader
         if dataloader is not None:
             _own_generator(dataloader)
@@ -134,7 +148,7 @@ class Checkpointer:
         self.last_step: Optional[int] = None
         self._thread: Optional[threading.Thread] = None
         self._error: Optional[BaseException] = None
-        self._stage = _dcp.HostStage()
+        self._stage = _dcp.Staging()
 
     # -- saving -------------------------------------------------------------------------
     def _data(self, epoch: Optional[int]) -> Optional[dict]:
@@ -178,16 +192,17 @@ class Checkpointer:
         return False
 
     def save(self, step: int, *, model=None, optimizer=None, scheduler=None, scaler=None,
-             extra: Optional[dict] = None, epoch: Optional[int] = None) -> None:
+             states: Optional[Mapping] = None, extra: Optional[dict] = None, epoch: Optional[int] = None) -> None:
         """Snapshot now, write in the background (or now, with ``async_save=False``).
 
-        Objects not given are those given to the constructor.  Collective under
-        torch.distributed: every rank calls it for the same step.
+        Objects not given are those given to the constructor (``states`` too: a dict given here
+        replaces the constructor's).  Collective under torch.distributed: every rank calls it
+        for the same step.
         """
         t0 = time.perf_counter()
         self.wait()
         self.last_step = step
-        given = {"model": model, "optimizer": optimizer, "scheduler": scheduler, "scaler": scaler}
+        given = {"model": model, "optimizer": optimizer, "scheduler": scheduler, "scaler": scaler, "states": states}
         objs = {k: given[k] if given[k] is not None else self.objects[k] for k in given}
         group = _dist.group()
         snap = snapshot(step, **objs, extra=extra, mode=self.mode, clone=self.async_save,
@@ -267,8 +282,8 @@ class Checkpointer:
     def resume(self, **kwargs) -> Optional[Checkpoint]:
         """Restore the newest complete checkpoint into the objects (and the data loader).
 
-        Keyword arguments override the constructor's objects and are passed to
-        :func:`hal.checkpoint.resume`.  Returns the :class:`Checkpoint` (``step``, ``epoch``)
+        Keyword arguments override the constructor's objects (``states=`` among them) and are
+        passed to :func:`hal.checkpoint.resume`.  Returns the :class:`Checkpoint` (``step``, ``epoch``)
         or None when there is none.  Collective under torch.distributed.
         """
         self.wait()

@@ -2,15 +2,17 @@
 
 A model whose parameters are DTensors (FSDP2 ``fully_shard``, tensor parallel, a 2-D mesh)
 is saved in DCP's own format under ``step-N/dcp/``: each rank writes its shards
-(files DCP names, e.g. ``__R_0.distcp``; hal takes the names from DCP's write results, read
-back with ``torch.load(weights_only=True)``), the coordinator
-writes DCP's ``.metadata`` (a pickle, like the small non-tensor items DCP stores).  The model and
-optimizer state come from ``torch.distributed.checkpoint.state_dict.get_state_dict`` and go
+(files DCP names, e.g. ``__R_0.distcp``, read back with ``torch.load(weights_only=True)``), the
+coordinator writes DCP's ``.metadata`` (a pickle, like the small non-tensor items DCP stores).  The
+model and optimizer state come from ``torch.distributed.checkpoint.state_dict.get_state_dict`` and go
 back with ``set_state_dict``, so DCP reshards them at load for any world size or layout.
-hal adds only its commit protocol around DCP's files: every rank hashes (sha256) and fsyncs
-the files it wrote, rank 0 lists them in ``manifest.json`` after every rank is done, and
-no DCP file is opened on load before the manifest's checksums matched: a file changed after
-the save is refused before any of its pickles is read.
+hal adds only its commit protocol around DCP's files, through DCP's published seam: a
+``FileSystemWriter`` subclass whose ``finish(metadata, results)`` -- called on the coordinator
+with every rank's write results, the ones it records in ``.metadata`` -- keeps which files each
+rank wrote.  Rank 0 sends each rank that list, every rank fsyncs and hashes (sha256) its own
+files, rank 0 lists them all in ``manifest.json`` after every rank is done, and no DCP file is
+opened on load before the manifest's checksums matched: a file changed after the save is refused
+before any of its pickles is read.
 """
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ from typing import Dict, List, Optional, Tuple
 
 import torch
 
+from hal.checkpoint import _dist
 from hal.checkpoint._errors import CheckpointError
 from hal.checkpoint._files import sha256_file
 from hal.util.io import fsync_dir
@@ -43,6 +46,12 @@ def _dtensor_type():
     except ImportError:  # pragma: no cover - torch without distributed
         return None
     return DTensor
+
+
+def is_dtensor(obj) -> bool:
+    """True when ``obj`` is a DTensor (a tensor sharded or replicated over a device mesh)."""
+    dt = _dtensor_type()
+    return dt is not None and isinstance(obj, dt)
 
 
 def holds_dtensor(model) -> bool:
@@ -161,31 +170,57 @@ def _scope(group, fn) -> dict:
     return {"process_group": group}
 
 
+def files_by_rank(results) -> Tuple[Tuple[str, ...], ...]:
+    """The files each rank wrote, from the ``results`` DCP hands its writer's ``finish``.
+
+    ``results[r]`` holds rank ``r``'s ``WriteResult`` items; each one's ``storage_data`` is where
+    ``FileSystemWriter`` put the item (``relative_path``: the name ``.metadata`` records), so hal
+    never guesses DCP's file naming from a pattern.
+    """
+    out = []
+    for r, rank_results in enumerate(results):
+        names = set()
+        for wr in rank_results:
+            name = getattr(getattr(wr, "storage_data", None), "relative_path", None)
+            if not isinstance(name, str) or not name:
+                raise CheckpointError(
+                    f"torch {torch.__version__}: a WriteResult of rank {r} given to FileSystemWriter.finish has "
+                    f"no storage_data.relative_path ({type(getattr(wr, 'storage_data', None)).__name__}; each "
+                    "item's file name on the torches of docs/torch-window.md), so hal cannot list the files "
+                    "torch.distributed.checkpoint wrote; save with a torch of hal's window")
+            names.add(name)
+        out.append(tuple(sorted(names)))
+    return tuple(out)
+
+
 @functools.lru_cache(maxsize=None)
-def _recording_writer():
+def _listing_writer():
     from torch.distributed.checkpoint import FileSystemWriter
 
-    class RecordingWriter(FileSystemWriter):
-        written: Tuple[str, ...] = ()
+    class ListingWriter(FileSystemWriter):
+        #: set by ``finish`` on the coordinator only: the files of every rank, by rank
+        listed: Optional[Tuple[Tuple[str, ...], ...]] = None
+        #: the state given to ``async_save`` is a host copy already (:class:`Staging`); a torch
+        #: whose async_save has no async_stager stages through this writer's ``stage``
+        staged = False
 
-        def write_data(self, plan, planner):
-            def keep(done):
-                results = done.value()
-                self.written = tuple(sorted({wr.storage_data.relative_path for wr in results}))
-                return results
-            return super().write_data(plan, planner).then(keep)
+        def stage(self, state_dict):
+            if not self.staged:
+                return super().stage(state_dict)
+            self.per_thread_copy_ahead = 0  # as FileSystemWriter.stage: the state is in host memory
+            return state_dict
 
-    return RecordingWriter
+        def finish(self, metadata, results) -> None:
+            super().finish(metadata, results)
+            self.listed = files_by_rank(results)
+
+    return ListingWriter
 
 
 def _writer(folder: Path):
-    """DCP's ``FileSystemWriter`` that also keeps the names of the files this rank wrote (``.written``).
-
-    The names come from DCP itself: ``write_data`` returns one ``WriteResult`` per item, whose
-    ``storage_data.relative_path`` is the file DCP put it in (what ``finish`` records in ``.metadata``),
-    so hal never guesses DCP's file naming from a pattern.
-    """
-    return _recording_writer()(str(folder), sync_files=True)
+    """DCP's ``FileSystemWriter`` whose ``finish`` also keeps the files every rank wrote (``.listed``,
+    on the coordinator: see :func:`files_by_rank`)."""
+    return _listing_writer()(str(folder), sync_files=True)
 
 
 def _root_error(exc: BaseException) -> BaseException:
@@ -200,35 +235,47 @@ def _root_error(exc: BaseException) -> BaseException:
 
 
 class Pending:
-    """A DCP save under way (or done): :meth:`finish` waits, hashes this rank's files."""
+    """A DCP save under way (or done): :meth:`finish` waits, learns this rank's files, hashes them."""
 
-    def __init__(self, folder: Path, rank: int, writer, future: Optional[Future] = None,
+    def __init__(self, folder: Path, rank: int, group, writer, future: Optional[Future] = None,
                  error: Optional[BaseException] = None):
-        self.folder, self.rank, self.writer, self.future, self.error = folder, rank, writer, future, error
+        self.folder, self.rank, self.group, self.writer = folder, rank, group, writer
+        self.future, self.error = future, error
 
     def finish(self) -> Tuple[Dict[str, dict], Optional[tuple]]:
-        """``(manifest entries of this rank's DCP files, failure or None)``."""
+        """``(manifest entries of this rank's DCP files, failure or None)``.
+
+        Collective on the checkpoint group: rank 0 (DCP's coordinator) sends every rank the file
+        list its writer's ``finish`` kept, whether or not the save failed, so that every rank
+        goes on to the commit's gather.
+        """
         if self.future is not None:
             try:
                 self.future.result()
             except BaseException as exc:  # DCP raises the same error on every rank
                 self.error = exc
             self.future = None
+        listed = _dist.broadcast(self.writer.listed if self.rank == 0 else None, self.group)
         if self.error is not None:
             inner = _root_error(self.error)
             err = inner.errno if isinstance(inner, OSError) else None
             text = (f"{inner.strerror} (errno {inner.errno})" if isinstance(inner, OSError) and inner.errno
                     else f"{type(inner).__name__}: {(str(inner).strip().splitlines() or [''])[-1][:300]}")
             return {}, (self.rank, err, f"torch.distributed.checkpoint could not write {self.folder}: {text}")
+        if listed is None or self.rank >= len(listed):
+            return {}, (self.rank, None, f"torch.distributed.checkpoint finished the save of {self.folder} "
+                        f"without listing rank {self.rank}'s files in FileSystemWriter.finish on rank 0 "
+                        f"(torch {torch.__version__}), so they cannot be hashed into the manifest; save "
+                        "with a torch of hal's window (docs/torch-window.md)")
         try:
-            return own_files(self.folder, self.rank, self.writer.written), None
+            return own_files(self.folder, self.rank, listed[self.rank]), None
         except OSError as exc:
             return {}, (self.rank, exc.errno, f"rank {self.rank} cannot read back {self.folder}: {exc}")
 
 
 def own_files(folder: Path, rank: int, written) -> Dict[str, dict]:
-    """Size and sha256 of the DCP files ``rank`` wrote (``written``, as DCP named them; rank 0 also
-    DCP's ``.metadata``), fsynced again: durable before the manifest."""
+    """Size and sha256 of the DCP files ``rank`` wrote (``written``, as DCP's ``finish`` listed them;
+    rank 0 also DCP's ``.metadata``), fsynced again: durable before the manifest."""
     names = list(written)
     if rank == 0:
         names.append(METADATA)
@@ -246,17 +293,36 @@ def own_files(folder: Path, rank: int, written) -> Dict[str, dict]:
     return out
 
 
-class HostStage:
-    """This rank's shards copied to host memory for an asynchronous save, into buffers kept between saves.
+def local_tensors(obj):
+    """Every tensor of a state (dicts, lists, tuples), a DTensor as its local shard: what staging copies."""
+    dt = _dtensor_type()
+    if dt is not None and isinstance(obj, dt):
+        yield obj.to_local()
+    elif isinstance(obj, torch.Tensor):
+        yield obj
+    elif isinstance(obj, dict):
+        for v in obj.values():
+            yield from local_tensors(v)
+    elif isinstance(obj, (list, tuple)):
+        for v in obj:
+            yield from local_tensors(v)
 
-    DCP's own staging (``FileSystemWriter.stage`` without ``cache_staged_state_dict``)
-    deep-copies every shard into new memory and then copies it once more, on every save;
-    its cached form pins memory, which a host without an accelerator refuses.  Here the
-    buffers (pinned when the shard lives on an accelerator that allows it) are allocated at
-    the first save and reused, so a save copies each shard once, into memory already
-    touched.  The caller must not stage again before DCP has written the previous copy
-    (``Checkpointer.save`` waits for the previous save first).  Holds one host copy of this
-    rank's shards until :meth:`release`.
+
+class HostStage:
+    """hal's own copy of this rank's shards in host memory, into buffers kept between saves.
+
+    The path for what DCP's ``DefaultStager`` (:class:`Staging`) does not cover: a torch
+    without it -- before 2.9: 2.4.1, 2.6.0 and 2.7.1 of hal's window, whose ``async_save`` would
+    otherwise stage through ``FileSystemWriter.stage``, new memory and two copies on every save
+    (6x this copy at 192 MiB, torch 2.13), and whose cached form pins memory, which fails on a
+    host without an accelerator -- and shards on an accelerator DCP's stager cannot pin host
+    memory for (torch 2.13 and 2.14 pin through ``torch.cuda`` only, and warn otherwise: on
+    hal's emulated device its copy is pageable, this one pinned).  Figures:
+    ``bench/bench_checkpoint_staging.py``, docs/checkpoint.md.  The buffers (pinned when the shard
+    lives on an accelerator that allows it) are allocated at the first save and reused, so a save
+    copies each shard once, into memory already touched.  The caller must not stage again before DCP has written the
+    previous copy (``Checkpointer.save`` waits for the previous save first).  Holds one host
+    copy of this rank's shards until :meth:`release`.
     """
 
     def __init__(self):
@@ -305,14 +371,85 @@ class HostStage:
         """Drop the buffers (the next save allocates them again)."""
         self._buffers.clear()
 
-    @property
-    def nbytes(self) -> int:
-        """Host memory the buffers hold."""
-        return sum(b.numel() * b.element_size() for b in self._buffers.values())
+
+def _default_stager(on_device: bool):
+    """``(DCP's DefaultStager, None)`` configured for hal's asynchronous save, or ``(None, why not)``.
+
+    The copy is made before ``stage`` returns (``use_async_staging=False``: ``Checkpointer.save``
+    returns once the state is copied, so the loop may change it at once), into ordinary process
+    memory (``use_shared_memory=False``: the writer is a thread of this process); pinned memory
+    and non-blocking copies only for shards on an accelerator -- with the defaults,
+    ``StagingOptions()``, torch 2.13 refuses a host without one (``AssertionError: Non-blocking
+    copy requires that the current accelerator is available``).  A stager that warns as it is
+    made (torch 2.13, 2.14: it pins through ``torch.cuda`` only, "Ignoring pin_memory flag ...")
+    is not used.
+    """
+    try:
+        from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
+    except ImportError:
+        return None, (f"torch {torch.__version__}'s torch.distributed.checkpoint.staging has no DefaultStager "
+                      "(it came with torch 2.9)")
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        try:
+            stager = DefaultStager(StagingOptions(use_pinned_memory=on_device, use_shared_memory=False,
+                                                  use_async_staging=False, use_non_blocking_copy=on_device))
+        except (AssertionError, RuntimeError, TypeError) as exc:
+            return None, f"DCP's DefaultStager refused the options: {type(exc).__name__}: {exc}"
+    if said:
+        stager.close()
+        return None, f"DCP's DefaultStager: {str(said[0].message).strip()}"
+    return stager, None
+
+
+class Staging:
+    """How this rank's shards reach host memory for an asynchronous save; the copy is kept between saves.
+
+    DCP's own ``DefaultStager`` where this torch has one and it can serve the shards (see
+    :func:`_default_stager`; on torch 2.13 without an accelerator it copies 192 MiB of FSDP2 and
+    AdamW state into the same host memory every save, in 0.7-1.2x HostStage's time; on a busy
+    host it costs milliseconds per CPU storage over 32 KiB, which it copies as bytes through
+    torch's intra-op threads: docs/checkpoint.md), else :class:`HostStage`, which says when.  Either way the state is copied once into host memory
+    that the next save reuses, one host copy of this rank's shards held until :meth:`release`.
+    """
+
+    def __init__(self):
+        self._host = HostStage()
+        self._dcp = None            # DCP's DefaultStager, made at the first save that can use it
+        self._on_device: Optional[bool] = None
+        #: which stager copied the last save (``"DefaultStager"`` or ``"HostStage"``) and, if HostStage
+        #: while torch has a DefaultStager, why
+        self.used: Optional[str] = None
+        self.why_not_dcp: Optional[str] = None
+        #: the host tensors of the last copy (their addresses, to see that a save reuses the memory)
+        self.data_ptrs: List[int] = []
+        self.nbytes = 0
+
+    def stage(self, st: dict) -> dict:
+        """A copy of ``st`` in host memory, made now (the caller may change ``st`` as soon as this returns)."""
+        on_device = any(t.device.type != "cpu" for t in local_tensors(st))
+        if on_device != self._on_device:  # the first save, or shards that moved
+            self.release()
+            self._on_device = on_device
+            self._dcp, self.why_not_dcp = _default_stager(on_device)
+        out = self._dcp.stage(st) if self._dcp is not None else self._host.stage(st)
+        self.used = "DefaultStager" if self._dcp is not None else "HostStage"
+        host = list(local_tensors(out))
+        self.data_ptrs = [t.data_ptr() for t in host]
+        self.nbytes = sum(t.numel() * t.element_size() for t in host)
+        return out
+
+    def release(self) -> None:
+        """Free the host copy (the next save allocates it again)."""
+        if self._dcp is not None:
+            self._dcp.close()   # after close() a DefaultStager stages no more
+        self._dcp, self._on_device = None, None
+        self._host.release()
+        self.data_ptrs, self.nbytes = [], 0
 
 
 def _staged_as_is():
-    """A DCP stager for a state already copied to host memory (by :class:`HostStage`)."""
+    """A DCP stager for a state already copied to host memory (by :class:`Staging`)."""
     from torch.distributed.checkpoint.staging import AsyncStager
 
     class _AsIs(AsyncStager):
@@ -331,11 +468,11 @@ def _staged_as_is():
 
 
 def start(step_dir: Path, st: dict, rank: int, group, async_save: bool,
-          stage: Optional[HostStage] = None) -> Pending:
+          stage: Optional[Staging] = None) -> Pending:
     """Start DCP's save of ``st`` into ``step_dir/dcp`` (collective on ``group``).
 
-    With ``async_save`` the state is staged to host memory now (into ``stage``'s buffers,
-    or by ``dcp.async_save`` itself without one) and the files are written by DCP's thread;
+    With ``async_save`` the state is staged to host memory now (by ``stage``, or by
+    ``dcp.async_save`` itself without one) and the files are written by DCP's thread;
     otherwise written before returning.  Errors are kept in the returned :class:`Pending`,
     so every rank reaches the commit's gather.
     """
@@ -348,19 +485,21 @@ def start(step_dir: Path, st: dict, rank: int, group, async_save: bool,
         if group is None:
             with _one_process(None):
                 dcp.save(st, storage_writer=writer, **_scope(None, dcp.save))
-            return Pending(folder, rank, writer)
+            return Pending(folder, rank, group, writer)
         if async_save:
             kw = dict(storage_writer=writer, **_scope(group, dcp.async_save))
-            if stage is not None and _takes(dcp.async_save, "async_stager"):
+            if stage is not None:
                 st = stage.stage(st)
-                kw["async_stager"] = _staged_as_is()
-            # else (torch before async_stager, 2.7 among them): DCP stages the state to host memory itself
+                if _takes(dcp.async_save, "async_stager"):
+                    kw["async_stager"] = _staged_as_is()
+                else:  # torch before async_stager (2.4.1, 2.6.0, 2.7.1): async_save stages through the writer
+                    writer.staged = True
             fut = dcp.async_save(st, **kw)
-            return Pending(folder, rank, writer, future=getattr(fut, "upload_completion", fut))
+            return Pending(folder, rank, group, writer, future=getattr(fut, "upload_completion", fut))
         dcp.save(st, storage_writer=writer, **_scope(group, dcp.save))
     except BaseException as exc:  # noqa: BLE001 - every rank must reach the commit
-        return Pending(folder, rank, writer, error=exc)
-    return Pending(folder, rank, writer)
+        return Pending(folder, rank, group, writer, error=exc)
+    return Pending(folder, rank, group, writer)
 
 
 def load(step_dir: Path, model, optimizer, group) -> None:

@@ -18,6 +18,7 @@ from hal.checkpoint import _dcp
 from hal.checkpoint._errors import CheckpointError
 from hal.checkpoint._files import write_tensors
 from hal.checkpoint._layout import MANIFEST, check, newest_complete, rank_stem, step_name
+from hal.checkpoint._tree import from_inline
 
 _MODEL_PREFIX = "/model/"
 
@@ -91,6 +92,7 @@ def describe(path, step: Optional[int] = None, verify: bool = False) -> dict:
     doc = json.loads(rank0.read_text()) if rank0.is_file() else {}
     state = doc.get("state") or {}
     out["holds"] = sorted(k for k in ("scheduler", "scaler", "extra") if k in state)
+    out["states"] = sorted(from_inline(doc["states"])) if doc.get("states") else []  # states=, by name
     out["data"] = (doc.get("data") or {}).get("global") or (
         {"epoch": doc["data"]["epoch"]} if "epoch" in (doc.get("data") or {}) else None)
     return out

@@ -8,7 +8,7 @@ import pickle
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import List, Optional
+from typing import List, Mapping, Optional
 
 import torch
 
@@ -16,8 +16,8 @@ from hal.checkpoint import _dcp, _dist, _rng
 from hal.checkpoint._errors import CheckpointError, CheckpointWarning
 from hal.checkpoint._layout import (MANIFEST, CheckpointInfo, check, newest_complete,
                                     rank_stem, read_latest, step_name)
-from hal.checkpoint._save import RANK_SCHEMA
-from hal.checkpoint._tree import decode
+from hal.checkpoint._save import RANK_SCHEMA, check_states
+from hal.checkpoint._tree import decode, from_inline
 
 log = logging.getLogger("hal.checkpoint")
 
@@ -32,7 +32,9 @@ class Checkpoint:
     ``state`` holds the decoded state dicts (tensors on the CPU) under ``model``,
     ``optimizer``, ``scheduler``, ``scaler`` and ``extra``; ``skipped`` lists newer
     checkpoints that were passed over, each with its reason; ``data`` is this rank's data
-    position as a :class:`Checkpointer` saved it (``epoch`` and the loader's state).
+    position as a :class:`Checkpointer` saved it (``epoch`` and the loader's state);
+    ``states`` the saved ``state_dict()`` of each object given as ``states=`` to the save,
+    by name, as this rank restores it.
     """
 
     path: Path
@@ -45,6 +47,7 @@ class Checkpoint:
     #: what changed between the saving and the loading world (ranks, layout, RNG dropped),
     #: one sentence; None when the checkpoint is loaded as it was saved
     reshard: Optional[str] = None
+    states: dict = field(default_factory=dict)
 
     @property
     def epoch(self) -> Optional[int]:
@@ -89,12 +92,23 @@ def _read_doc(path: Path, entry: Optional[dict], verify: bool) -> dict:
     return doc
 
 
-def read_step(path: Path, rank: int, world: int, verify: bool = True):
-    """``(state, rng, manifest, data)`` of ``rank`` from the checkpoint folder ``path``.
+@dataclass
+class RankRead:
+    """What :func:`read_step` found for one rank."""
 
-    ``data`` is the rank's own data position (None when it saved none or another world
-    size wrote the checkpoint in a way that gives this rank no file of its own).
-    """
+    state: dict
+    rng: Optional[dict]
+    manifest: dict
+    #: the rank's own data position (None when it saved none, or the rank had no file of its own)
+    data: Optional[dict]
+    #: the saved ``state_dict()`` of each named object (``states=``) and the rank that saved them:
+    #: this rank, or rank 0 for a rank that did not exist at save time
+    states: dict = field(default_factory=dict)
+    states_rank: Optional[int] = None
+
+
+def read_step(path: Path, rank: int, world: int, verify: bool = True) -> RankRead:
+    """What the checkpoint folder ``path`` holds for ``rank``: state, RNG, data position, named states."""
     info = check(path, verify=False)
     if not info.complete:
         raise CheckpointError(f"{path}: incomplete checkpoint ({info.reason}); "
@@ -125,7 +139,11 @@ def read_step(path: Path, rank: int, world: int, verify: bool = True):
         # a global data position (ElasticSampler) is the same on every rank: a rank that did
         # not exist at save time takes rank 0's
         data = {"epoch": shared["epoch"], "global": shared}
-    return state, rng, manifest, data
+    states_doc, states_rank = (rng_doc or {}).get("states"), rank
+    if rng_doc is None and doc.get("states") is not None:
+        states_doc, states_rank = doc["states"], state_rank  # a rank that did not exist at save time
+    states = from_inline(states_doc) if states_doc is not None else {}
+    return RankRead(state, rng, manifest, data, states, states_rank if states else None)
 
 
 def _load_file(path: Path) -> dict:
@@ -184,8 +202,34 @@ def apply(state: dict, *, model=None, optimizer=None, scheduler=None, scaler=Non
                     stacklevel=3)
 
 
-def load(path, *, model=None, optimizer=None, scheduler=None, scaler=None, restore_rng: bool = True,
-         strict: bool = True, verify: bool = True) -> Checkpoint:
+def apply_states(saved: dict, states: Optional[Mapping], path, warn_unrestored: bool) -> None:
+    """``load_state_dict`` of each object of ``states`` with its saved state (``saved``, by name).
+
+    A name the checkpoint lacks is refused; a saved state no object was given for warns when
+    ``warn_unrestored`` (a forgotten sampler or loader silently starts over otherwise).
+    """
+    for name, obj in (states or {}).items():
+        if name not in saved:
+            held = ", ".join(repr(n) for n in sorted(saved)) or "none"
+            raise CheckpointError(f"states[{name!r}]: {path} holds no state of that name (its states: {held}); "
+                                  "it was saved without it: leave it out of states=, or resume from a "
+                                  "checkpoint saved with it")
+        try:
+            obj.load_state_dict(saved[name])
+        except (KeyError, ValueError, TypeError, RuntimeError, AttributeError, IndexError) as exc:
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+            raise CheckpointError(f"states[{name!r}]: {path}'s state does not fit this {type(obj).__name__} "
+                                  f"({type(exc).__name__}: {first}); build it as it was built when saving") from None
+    unrestored = sorted(set(saved) - set(states or {}))
+    if unrestored and warn_unrestored:
+        warnings.warn(CheckpointWarning(
+            f"{path} holds the state of {', '.join(repr(n) for n in unrestored)} (saved with states=) but no "
+            f"such object was given, so it is not restored; pass states={{{unrestored[0]!r}: ...}} to resume "
+            "it"), stacklevel=4)
+
+
+def load(path, *, model=None, optimizer=None, scheduler=None, scaler=None, states: Optional[Mapping] = None,
+         restore_rng: bool = True, strict: bool = True, verify: bool = True) -> Checkpoint:
     """Load one checkpoint and apply it to the given objects.
 
     ``path`` may be a checkpoint folder (``.../step-00000100``), a checkpoint root (the
@@ -193,12 +237,18 @@ def load(path, *, model=None, optimizer=None, scheduler=None, scaler=None, resto
     there is none), or a single ``.safetensors`` / ``.pt`` file (read with
     ``torch.load(weights_only=True)``: a pickle that would run code is refused).
 
+    :param states: named objects with ``load_state_dict()`` (``Stateful``: a sampler, a data
+        loader...) to restore from the states saved under the same names.
     :param verify: check every file read against the manifest's sha256.
     :param restore_rng: restore python / numpy / torch CPU / device generators.
     :raises CheckpointError: when nothing loadable is there; the message says why.
     """
     path = Path(path)
+    check_states(states)
     if path.is_file():
+        if states:
+            raise CheckpointError(f"{path}: a single file holds no states=; pass the checkpoint folder "
+                                  "hal.checkpoint wrote to restore them")
         state = _load_file(path)
         apply(state, model=model, optimizer=optimizer, scheduler=scheduler, scaler=scaler, strict=strict)
         return Checkpoint(path, int(state.get("step", -1)) if isinstance(state.get("step"), int) else -1, state)
@@ -206,7 +256,7 @@ def load(path, *, model=None, optimizer=None, scheduler=None, scaler=None, resto
         raise CheckpointError(f"{path}: no such file or folder; pass a checkpoint folder or the "
                               "folder given to hal.checkpoint.save")
     if not (path / MANIFEST).exists() and any(path.glob("step-*")):
-        ck = resume(path, model=model, optimizer=optimizer, scheduler=scheduler, scaler=scaler,
+        ck = resume(path, model=model, optimizer=optimizer, scheduler=scheduler, scaler=scaler, states=states,
                     restore_rng=restore_rng, strict=strict, verify=verify)
         if ck is None:
             raise CheckpointError(f"{path}: no complete checkpoint (see the log for each one's reason)")
@@ -219,13 +269,14 @@ def load(path, *, model=None, optimizer=None, scheduler=None, scaler=None, resto
         if not info.complete:
             raise CheckpointError(f"{path}: refused: {info.reason}; pass the parent folder to "
                                   "resume from the newest complete checkpoint")
-    return _load_step(path, model, optimizer, scheduler, scaler, restore_rng, strict, verify=False)
+    return _load_step(path, model, optimizer, scheduler, scaler, restore_rng, strict, verify=False, states=states)
 
 
 def _load_step(path, model, optimizer, scheduler, scaler, restore_rng, strict, verify,
-               skipped=(), quiet: bool = False) -> Checkpoint:
+               skipped=(), quiet: bool = False, states: Optional[Mapping] = None) -> Checkpoint:
     rank, world = _dist.rank_world()
-    state, rng, manifest, data = read_step(path, rank, world, verify)
+    read = read_step(path, rank, world, verify)
+    state, rng, manifest, data = read.state, read.rng, read.manifest, read.data
     reshard = None
     if manifest.get("mode") == _dcp.MODE:
         if optimizer is not None and model is None:
@@ -242,6 +293,13 @@ def _load_step(path, model, optimizer, scheduler, scaler, restore_rng, strict, v
                                   "load it into the model before fully_shard / parallelize_module, or "
                                   "save again from the sharded model")
         apply(state, model=model, optimizer=optimizer, scheduler=scheduler, scaler=scaler, strict=strict)
+    apply_states(read.states, states, path, warn_unrestored=model is not None or states is not None)
+    if states and read.states_rank is not None and read.states_rank != rank:
+        warnings.warn(CheckpointWarning(
+            f"{path} was saved by {manifest.get('world_size')} rank(s), so rank {rank} has no states of its own: it "
+            f"restored rank {read.states_rank}'s ({', '.join(repr(n) for n in sorted(states))}); right for a state "
+            "every rank holds alike, not for a per-rank position (give a data loader as dataloader= to a "
+            "Checkpointer, which re-splits it)"), stacklevel=3)
     if reshard and rank == 0 and not quiet:
         log.warning("hal.checkpoint: %s", reshard)
     step = int(manifest["step"])
@@ -251,7 +309,7 @@ def _load_step(path, model, optimizer, scheduler, scaler, restore_rng, strict, v
             applied = _rng.restore(rng, step, rank)
         else:
             _reseed_missing(step, rank, world, manifest)
-    return Checkpoint(path, step, state, manifest, applied, list(skipped), data, reshard)
+    return Checkpoint(path, step, state, manifest, applied, list(skipped), data, reshard, states=read.states)
 
 
 def _reshard_text(path, manifest: dict, model, world: int) -> Optional[str]:
@@ -288,9 +346,13 @@ def _reseed_missing(step, rank, world, manifest) -> None:
         f"(derived from step {step}, rank {rank})"), stacklevel=4)
 
 
-def resume(dir, *, model=None, optimizer=None, scheduler=None, scaler=None, restore_rng: bool = True,
-           strict: bool = True, verify: bool = True, quiet: bool = False) -> Optional[Checkpoint]:
+def resume(dir, *, model=None, optimizer=None, scheduler=None, scaler=None, states: Optional[Mapping] = None,
+           restore_rng: bool = True, strict: bool = True, verify: bool = True,
+           quiet: bool = False) -> Optional[Checkpoint]:
     """Restore the newest complete checkpoint under ``dir``; None when there is none.
+
+    ``states`` (named objects with ``load_state_dict()``) get the states saved under their
+    names, each rank its own.
 
     Incomplete or damaged checkpoints newer than the one used are skipped and logged
     (logger ``hal.checkpoint``, level WARNING) with the reason, and listed in
@@ -301,6 +363,7 @@ def resume(dir, *, model=None, optimizer=None, scheduler=None, scaler=None, rest
     to the caller).
     """
     root = Path(dir)
+    check_states(states)
     group = _dist.group()
     rank, _ = _dist.rank_world()
     choice = None
@@ -321,7 +384,7 @@ def resume(dir, *, model=None, optimizer=None, scheduler=None, scaler=None, rest
             log.warning("hal.checkpoint: no complete checkpoint under %s; starting from scratch", root)
         return None
     return _load_step(Path(chosen), model, optimizer, scheduler, scaler, restore_rng, strict,
-                      verify=verify and rank != 0, skipped=skipped, quiet=quiet)
+                      verify=verify and rank != 0, skipped=skipped, quiet=quiet, states=states)
 
 
 def latest(dir, verify: bool = False) -> Optional[Path]:

@@ -9,7 +9,7 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, Optional
+from typing import Dict, Mapping, Optional
 
 import torch
 
@@ -19,7 +19,7 @@ from hal.checkpoint._errors import CheckpointError
 from hal.checkpoint._files import crash_point, write_json, write_tensors
 from hal.checkpoint._layout import (LATEST, MANIFEST, SCHEMA, check, rank_stem, scan,
                                     step_name)
-from hal.checkpoint._tree import encode
+from hal.checkpoint._tree import encode, to_inline
 
 log = logging.getLogger("hal.checkpoint")
 
@@ -87,16 +87,73 @@ def _check_data(data: Optional[dict]) -> None:
                               "and dicts cannot be saved without pickle: convert them") from None
 
 
+def check_states(states) -> None:
+    """Refuse a ``states=`` that is not a mapping of names to objects with ``state_dict()`` and
+    ``load_state_dict()`` (what ``torch.distributed.checkpoint.stateful.Stateful`` describes)."""
+    if states is None:
+        return
+    if not isinstance(states, Mapping):
+        raise CheckpointError(f"states={type(states).__name__}: must be a dict of names to objects with state_dict() "
+                              "and load_state_dict() (torch.distributed.checkpoint.stateful.Stateful), for "
+                              "example states={'sampler': sampler}")
+    for name, obj in states.items():
+        if not isinstance(name, str) or not name:
+            raise CheckpointError(f"states: the name {name!r} is not a non-empty string; name each object, for "
+                                  "example states={'sampler': sampler}")
+        if isinstance(obj, type):
+            raise CheckpointError(f"states[{name!r}]={obj.__name__}: a class; pass the object itself "
+                                  f"(an instance of {obj.__name__})")
+        if not (callable(getattr(obj, "state_dict", None)) and callable(getattr(obj, "load_state_dict", None))):
+            raise CheckpointError(f"states[{name!r}]={type(obj).__name__}: has no state_dict() / load_state_dict(); "
+                                  "pass an object implementing torch.distributed.checkpoint.stateful.Stateful "
+                                  "(both methods), or save plain values with extra=")
+
+
+def _dtensor_at(obj, path: str) -> Optional[str]:
+    """The path of the first DTensor in ``obj``, or None."""
+    if _dcp.is_dtensor(obj):
+        return path
+    items = obj.items() if isinstance(obj, dict) else enumerate(obj) if isinstance(obj, (list, tuple)) else ()
+    for k, v in items:
+        found = _dtensor_at(v, f"{path}/{k}")
+        if found:
+            return found
+    return None
+
+
+def capture_states(states: Optional[Mapping]) -> Optional[dict]:
+    """This rank's ``state_dict()`` of each named object, as one JSON document (tensors inline).
+
+    Called at the save, so the document is the objects' state at that moment.  Meant for the
+    small states of a sampler, a data loader, a schedule, a counter: its tensors are stored in
+    base64 in the rank's JSON file.
+    """
+    if not states:
+        return None
+    saved = {}
+    for name, obj in states.items():
+        sd = obj.state_dict()
+        where = _dtensor_at(sd, f"states/{name}")
+        if where:
+            raise CheckpointError(f"{where}: a DTensor (a sharded tensor) in the state of states[{name!r}]; hal saves "
+                                  "sharded state through torch.distributed.checkpoint for the model and optimizer "
+                                  "only: pass that module as model= (or its full tensor: .full_tensor())")
+        saved[name] = sd
+    return to_inline(saved, "states")
+
+
 def snapshot(step: int, *, model=None, optimizer=None, scheduler=None, scaler=None,
-             extra: Optional[dict] = None, mode: str = "replicated", clone: bool = True,
-             rng: bool = True, data: Optional[dict] = None) -> Snapshot:
+             states: Optional[Mapping] = None, extra: Optional[dict] = None, mode: str = "replicated",
+             clone: bool = True, rng: bool = True, data: Optional[dict] = None) -> Snapshot:
     """Host copy of the training state of this rank (``clone=False`` shares CPU tensors).
 
-    ``data`` is this rank's own data position (epoch, loader state), kept per rank.  A
+    ``data`` is this rank's own data position (epoch, loader state), kept per rank, and so is
+    ``states`` (named objects with ``state_dict()``: each rank saves its own objects' state).  A
     model with DTensor parameters (FSDP2, tensor parallel) is not copied here: its model
     and optimizer state go to ``Snapshot.sharded`` for torch.distributed.checkpoint, and
     the rest (scheduler, scaler, extra) is saved by rank 0 as in ``"replicated"`` mode.
     """
+    check_states(states)
     if mode not in MODES:
         raise CheckpointError(f"mode={mode!r}: unknown distributed mode; use 'replicated' (rank 0 "
                               "saves the state every rank holds) or 'sharded' (each rank saves its own)")
@@ -136,6 +193,9 @@ def snapshot(step: int, *, model=None, optimizer=None, scheduler=None, scaler=No
            "state": doc_state, "rng": _rng.capture() if rng else None}
     if data is not None:
         doc["data"] = data
+    saved_states = capture_states(states)
+    if saved_states is not None:
+        doc["states"] = saved_states
     nbytes = sum(t.numel() * t.element_size() for t in tensors.values())
     return Snapshot(step, rank, world, mode, doc, tensors if saves_state else None, nbytes,
                     sharded, sharded_info)

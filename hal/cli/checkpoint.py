@@ -42,7 +42,7 @@ examples:
 Shows the world size and layout the step was saved at (for a sharded model, each device mesh
 with its dimension names and the parameters' placements, e.g. mesh (dp=2, tp=2) [S(0), S(0)]),
 every model tensor with its global shape, the optimizer state, what else it holds (scheduler,
-scaler, extra) and the data position.  A sharded step resumes at any world size or layout;
+scaler, extra, the objects saved with states=) and the data position.  A sharded step resumes at any world size or layout;
 see docs/checkpoint.md.  Exit status: 0; 3 when the step is incomplete or missing.
 """
 
@@ -198,7 +198,7 @@ def run_info(args) -> int:
         print(table(rows, ["MODEL TENSOR", "SHAPE", "DTYPE", "PLACEMENTS"]))
     opt = rep["optimizer"]
     print(f"optimizer: {opt['tensors']} tensors, {_size(opt['bytes'])}" if opt["tensors"] else "optimizer: -")
-    print(f"also holds: {', '.join(rep['holds']) or '-'}")
+    print(f"also holds: {', '.join(rep['holds'] + [f'states[{n!r}]' for n in rep['states']]) or '-'}")
     d = rep["data"]
     if d and "position" in d:
         print(f"data position: epoch {d['epoch']}, sample {d['position']} of {d['length']} in the global order "

@@ -73,3 +73,33 @@ def test_device_rng_state_is_not_applied_on_the_cpu(tmp_path, hal_backend, monke
     with pytest.warns(ckpt.CheckpointWarning, match=f"{key} was saved on backend '{hal_backend.name}' but this process runs on 'cpu'"):
         ck = ckpt.resume(tmp_path, model=cpu_model, optimizer=cpu_opt, scheduler=cpu_sched)
     assert key not in ck.rng_applied and "cpu" in ck.rng_applied
+
+
+def test_async_staging_copies_to_host_memory_that_the_next_save_reuses(hal_backend):
+    """What an asynchronous sharded save stages: a host copy made at the call, in memory kept between
+    saves, pinned for accelerator shards -- by DCP's DefaultStager where it can (torch 2.9 on; on the CPU
+    here), by hal's HostStage where it cannot pin (an accelerator other than CUDA, the emulator among them)."""
+    from hal.checkpoint import _dcp
+
+    dev = hal_backend.device()
+    weight = torch.randn(64, 64, device=dev)
+    st = {"model": {"w": weight}, "optimizer": {"state": {"w": {"exp_avg": torch.randn(64, 64, device=dev),
+                                                                "step": torch.tensor(3.0)}},
+                                                "param_groups": [{"lr": 0.1, "params": ["w"]}]}}
+    stage = _dcp.Staging()
+    first = stage.stage(st)
+    kept = list(stage.data_ptrs)
+    saved = weight.to("cpu", copy=True)
+    weight.add_(1.0)  # the training loop goes on as soon as the copy is made
+    assert torch.equal(first["model"]["w"], saved) and first["model"]["w"].device.type == "cpu"
+    assert first["optimizer"]["param_groups"] == st["optimizer"]["param_groups"]
+    second = stage.stage(st)
+    assert stage.data_ptrs == kept, f"the second save copied into new host memory ({stage.used})"
+    assert torch.equal(second["model"]["w"], weight.cpu())
+    if dev.type != "cpu":
+        assert second["model"]["w"].is_pinned(), f"{stage.used} staged accelerator shards to pageable memory"
+    if dev.type == "cpu" and _dcp._default_stager(False)[0] is not None:
+        assert stage.used == "DefaultStager", stage.why_not_dcp
+    assert stage.nbytes == 2 * 64 * 64 * 4 + 4
+    stage.release()
+    assert stage.nbytes == 0 and stage.data_ptrs == []

@@ -63,6 +63,20 @@ def _model(layout: str, world: int):
     return model, world, dist.get_rank()
 
 
+class Progress:
+    """A Stateful object of this rank's own (states=): the steps it trained and the rank it belongs to."""
+
+    def __init__(self, rank: int):
+        self.rank, self.steps, self.last_loss = rank, 0, torch.zeros(())
+
+    def state_dict(self):
+        return {"rank": self.rank, "steps": self.steps, "last_loss": self.last_loss}
+
+    def load_state_dict(self, state_dict):
+        self.rank, self.steps = state_dict["rank"], state_dict["steps"]
+        self.last_loss = state_dict["last_loss"].clone()
+
+
 def train(root: str, steps: int, global_batch: int = 8, save_at=None, layout: str = "fsdp",
           async_save: bool = True, crash_rank=None, crash_at: str = "", full_disk_rank=None,
           workers: int = 0, after_step=None, sampler: str = "elastic"):
@@ -88,12 +102,16 @@ def train(root: str, steps: int, global_batch: int = 8, save_at=None, layout: st
                                 num_workers=workers)
     records = []
     logging.getLogger("hal.checkpoint").addHandler(_Keep(records))
+    progress = Progress(rank)
     saver = ckpt.Checkpointer(root, model=model, optimizer=opt, scheduler=sched, dataloader=loader,
-                              async_save=async_save, keep_last=2)
+                              states={"progress": progress}, async_save=async_save, keep_last=2)
     ck = saver.resume()
+    restored = progress.state_dict() if ck else None
+    restored = restored and {"rank": restored["rank"], "steps": restored["steps"],
+                             "last_loss": restored["last_loss"].item()}
     step = ck.step if ck else 0
     epoch = ck.epoch if ck and ck.epoch is not None else 0
-    losses, ids, stalls, saves, saved_params = {}, {}, [], [], {}
+    losses, ids, stalls, saves, saved_params, own_losses = {}, {}, [], [], {}, {}
     with saver:
         while step < steps:
             sampler.set_epoch(epoch)
@@ -109,6 +127,8 @@ def train(root: str, steps: int, global_batch: int = 8, save_at=None, layout: st
                 dist.all_reduce(g)
                 losses[step] = g.item() / world
                 ids[step] = idx.tolist()
+                progress.steps, progress.last_loss = step, loss.detach().clone()
+                own_losses[step] = loss.item()
                 if save_at and step in save_at:
                     crash_save = 2 if full_disk_rank is not None else 1
                     if len(saves) == crash_save and crash_rank == rank and crash_at:
@@ -136,7 +156,8 @@ def train(root: str, steps: int, global_batch: int = 8, save_at=None, layout: st
     return {"losses": losses, "ids": ids, "stalls": stalls, "saves": saves, "failed_saves": saver.failed_saves,
             "resumed_from": ck.step if ck else None, "reshard": ck.reshard if ck else None,
             "log": records, "params": _full(model, rank), "saved_params": saved_params,
-            "dp_rank": dp_rank, "dp_size": dp_size}
+            "dp_rank": dp_rank, "dp_size": dp_size, "progress_restored": restored,
+            "own_losses": own_losses}
 
 
 def _note(root, rank, step, failed_saves):

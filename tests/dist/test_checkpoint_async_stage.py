@@ -3,8 +3,10 @@
 ``Checkpointer.save`` with async saving must return once this rank's shards are copied to host
 memory: no fsync and no sha256 in the calling thread (those belong to the background commit),
 the copy taken at the call (weights changed right after it returns are not what is saved,
-checked by loading the step into a fresh model), and the host buffers of one save reused by the
-next instead of allocated again.
+checked by loading the step into a fresh model), and the host memory of one save reused by the
+next instead of allocated again -- by DCP's own DefaultStager where torch has one (2.9 on), and
+the same through the writer's ``stage`` on a torch whose ``async_save`` takes no ``async_stager``
+(2.4 to 2.7: here torch's ``async_save`` shaped so, a stand-in on the torch installed).
 """
 from pathlib import Path
 
@@ -35,16 +37,25 @@ def _fsdp_model():
     return model, opt
 
 
-def worker(root: str) -> dict:
+def worker(root: str, without_async_stager: bool = False) -> dict:
     """One rank: two async saves, spied on; then the first step loaded into a fresh model."""
     import hashlib
     import os
     import threading
 
     import torch
+    import torch.distributed.checkpoint as dcp
 
     import hal.checkpoint as ckpt
 
+    if without_async_stager:  # async_save as torch 2.4 to 2.7 have it
+        real_async_save = dcp.async_save
+
+        def async_save(state_dict, *, checkpoint_id=None, storage_writer=None, planner=None,
+                       process_group=None):
+            return real_async_save(state_dict, checkpoint_id=checkpoint_id, storage_writer=storage_writer,
+                                   planner=planner, process_group=process_group)
+        dcp.async_save = async_save
     model, opt = _fsdp_model()
     saver = ckpt.Checkpointer(root, model=model, optimizer=opt, keep_last=None)
     caller = threading.current_thread()
@@ -68,29 +79,42 @@ def worker(root: str) -> dict:
         with torch.no_grad():  # changed while the write may still be running
             for p in model.parameters():
                 p.to_local().add_(1.0)
-        first = [b.data_ptr() for b in saver._stage._buffers.values()]
+        first, nbytes = list(saver._stage.data_ptrs), saver._stage.nbytes
     finally:
         os.fsync, hashlib.sha256 = real_fsync, real_sha
     saver.save(2)
-    second = [b.data_ptr() for b in saver._stage._buffers.values()]
+    second, used = list(saver._stage.data_ptrs), saver._stage.used
     saver.close()
     fresh, fresh_opt = _fsdp_model()
     ckpt.load(Path(root) / "step-00000001", model=fresh, optimizer=fresh_opt)
     loaded = {k: v.full_tensor() for k, v in fresh.state_dict().items()}
-    return {"in_caller": in_caller, "buffers": len(first), "reused": first == second,
-            "released": len(saver._stage._buffers) == 0,
+    shards = sum(t.to_local().numel() * t.to_local().element_size() for t in model.parameters())
+    return {"in_caller": in_caller, "buffers": len(first), "reused": first == second, "used": used,
+            "held": nbytes, "shards": shards, "released": saver._stage.nbytes == 0,
             "equal_at_save": all(torch.equal(loaded[k], at_save[k]) for k in at_save),
             "manifests": sorted(p.parent.name for p in Path(root).glob("step-*/manifest.json"))}
 
 
-def test_async_save_waits_only_for_the_host_copy(tmp_path):
-    res = spawn(f"{__file__}:worker", 2, kwargs={"root": str(tmp_path / "ck")}, env={"HAL_BACKEND": "cpu"},
-                timeout=240)
+def _has_default_stager() -> bool:
+    try:
+        from torch.distributed.checkpoint.staging import DefaultStager  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("without_async_stager", [False, True], ids=["async_stager", "writer-stage"])
+def test_async_save_waits_only_for_the_host_copy(tmp_path, without_async_stager):
+    res = spawn(f"{__file__}:worker", 2, kwargs={"root": str(tmp_path / "ck"),
+                                                 "without_async_stager": without_async_stager},
+                env={"HAL_BACKEND": "cpu"}, timeout=240)
     assert res.ok, res.first_error() + "".join(r.stderr_tail[-1500:] for r in res.ranks)
     for r in res.ranks:
         out = r.result
         assert out["in_caller"] == [], f"rank {r.rank} fsynced or hashed inside save(): {out['in_caller']}"
         assert out["equal_at_save"], "the checkpoint holds weights changed after save() returned"
-        assert out["buffers"] > 0 and out["reused"], "the second save allocated new host buffers"
+        assert out["buffers"] > 0 and out["reused"], "the second save allocated new host memory"
+        assert out["held"] >= 3 * out["shards"], "the host copy lacks the shards or their AdamW state"
+        assert out["used"] == ("DefaultStager" if _has_default_stager() else "HostStage"), out["used"]
         assert out["released"], "close() kept the host copy of the shards"
         assert out["manifests"] == ["step-00000001", "step-00000002"]

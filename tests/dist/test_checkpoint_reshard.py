@@ -74,10 +74,32 @@ def test_resumed_at_2_ranks_trains_on_what_the_4_rank_run_had_left(four_then_two
                                    rtol=RTOL, atol=ATOL)
 
 
+def test_each_rank_resumes_its_own_stateful_object(four_then_two):
+    """states={"progress": ...}: saved by every rank with the sharded step, each rank's own back at 2 ranks."""
+    _, ref, resumed = four_then_two
+    for r in resumed:
+        own = ref[r.rank].result["own_losses"][str(K)]
+        assert r.result["progress_restored"] == {"rank": r.rank, "steps": K, "last_loss": own}, r.rank
+
+
 def test_keep_last_applies_to_sharded_steps(four_then_two):
     root = four_then_two[0]
     assert sorted(p.name for p in root.iterdir() if p.name.startswith("step-")) == ["step-00000003", "step-00000005"]
     assert all(ckpt.is_complete(root / f"step-0000000{s}") for s in (3, K))
+
+
+def test_the_manifest_lists_the_files_of_every_rank_as_dcp_recorded_them(four_then_two):
+    """The names come from DCP's finish() on rank 0; each file is hashed by, and attributed to, its writer."""
+    from torch.distributed.checkpoint import FileSystemReader
+
+    step = four_then_two[0] / f"step-0000000{K}"
+    files = json.loads((step / "manifest.json").read_text())["files"]
+    shards = {name: e["rank"] for name, e in files.items() if name.startswith("dcp/") and name != "dcp/.metadata"}
+    named = {md.relative_path for md in FileSystemReader(str(step / "dcp")).read_metadata().storage_data.values()}
+    assert set(shards) == {f"dcp/{n}" for n in named}
+    # DCP prefixes each rank's files with __<rank>_ (its naming, read here only to check who wrote what)
+    assert sorted(shards.items()) == [(f"dcp/__{r}_0.distcp", r) for r in range(4)]
+    assert files["dcp/.metadata"]["rank"] == 0
 
 
 def test_the_resume_logs_one_line_saying_what_was_resharded(four_then_two):
@@ -116,7 +138,7 @@ def test_info_reports_world_size_layout_and_tensors(four_then_two):
     assert (rep["mode"], rep["world_size"], rep["step"]) == ("dcp", 4, K)
     assert rep["layout"]["meshes"] == [{"shape": [4], "dim_names": ["dp"], "placements": "S(0)", "parameters": 4}]
     assert rep["model"]["0.weight"] == {"shape": [16, 8], "dtype": "float32", "placements": "S(0)"}
-    assert rep["optimizer"]["tensors"] == 12 and rep["holds"] == ["scheduler"]
+    assert rep["optimizer"]["tensors"] == 12 and rep["holds"] == ["scheduler"] and rep["states"] == ["progress"]
     assert rep["data"]["position"] == K * GLOBAL_BATCH and rep["data"]["world_size"] == 4
 
 
@@ -136,7 +158,8 @@ def test_a_full_disk_then_a_killed_rank_leave_no_loadable_half_checkpoint(tmp_pa
     assert not ckpt.is_complete(root / "step-00000006")
     assert ckpt.latest(root) == root / "step-00000002"
     plain = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
-    ck = ckpt.load(root, model=plain, restore_rng=False)   # one process, no torch.distributed
+    with pytest.warns(ckpt.CheckpointWarning, match="holds the state of 'progress'"):  # not given here
+        ck = ckpt.load(root, model=plain, restore_rng=False)   # one process, no torch.distributed
     assert ck.step == 2 and [s.step for s in ck.skipped] == [6]
 
 

@@ -49,6 +49,9 @@ def test_resume_at_another_world_size_or_layout(tmp_path, saved, resumed, worker
               backend=backend).ranks
     res = run(resumed[0], root=str(root), steps=N, layout=resumed[1], workers=workers, backend=backend).ranks
     assert res[0].result["resumed_from"] == K
+    for r in res:  # states={"progress": ...}: each rank its own; a rank that did not exist at the save, rank 0's
+        got = r.result["progress_restored"]
+        assert (got["rank"], got["steps"]) == (r.rank if r.rank < saved[0] else 0, K), (r.rank, got)
     worst = 0.0
     for step in range(K + 1, N + 1):
         assert global_order(res, step) == global_order(ref, step), f"step {step}: other samples"
