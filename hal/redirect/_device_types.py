@@ -11,6 +11,7 @@ modules for ``device_type`` parameters so that none is missed.
 from __future__ import annotations
 
 import importlib
+import sys
 from typing import Optional
 
 import torch
@@ -85,6 +86,13 @@ def _install_get_device_module(t: Redirection) -> None:
 def install(t: Redirection) -> None:
     """Wrap every call of :data:`DEVICE_TYPE_CALLS` (and where torch re-exports it) and
     ``torch.get_device_module``."""
+    # the re-exporting modules imported before any patch: one first imported in the middle would copy
+    # hal's wrapper from a module already patched, be left out, and keep the wrapper after the restore
+    for alias in RE_EXPORTS:
+        try:
+            importlib.import_module(alias)
+        except ImportError:  # a torch built without distributed
+            pass
     for modname, attr, pos, kw, cuda_default in DEVICE_TYPE_CALLS:
         try:
             owner = importlib.import_module(modname)
@@ -104,8 +112,8 @@ def install(t: Redirection) -> None:
         if cls_name:
             continue
         for alias in RE_EXPORTS:
-            mod = importlib.import_module(alias)
-            if mod.__name__ != modname and getattr(mod, attr, None) is orig:
+            mod = sys.modules.get(alias)
+            if mod is not None and mod.__name__ != modname and getattr(mod, attr, None) is orig:
                 t.patch(mod, attr, wrapper)
     _install_get_device_module(t)
     _install_fork_rng(t)
