@@ -132,8 +132,11 @@ def _host_round_trip(func):
         cargs = [to_cpu(a) for a in args]
         ckw = {k: to_cpu(v) for k, v in kwargs.items()}
         out = func(*cargs, **ckw)
-        # results and in-place / out= arguments back to the device
-        for orig, host in list(zip(args, cargs)) + [(kwargs[k], ckw[k]) for k in kwargs]:
+        # results and in-place / out= arguments back to the device (each tensor of a list too: the
+        # _foreach_*_ ops an optimizer runs update lists of tensors in place)
+        pairs = list(zip(args, cargs)) + [(kwargs[k], ckw[k]) for k in kwargs]
+        pairs += [p for orig, host in pairs if isinstance(orig, (list, tuple)) for p in zip(orig, host)]
+        for orig, host in pairs:
             if isinstance(orig, torch.Tensor) and orig.device.type != "cpu" and host is not orig:
                 if host.shape != orig.shape:
                     orig.resize_(host.shape)

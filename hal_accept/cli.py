@@ -9,11 +9,11 @@ from pathlib import Path
 EPILOG = """\
 examples:
   hal accept train.py                               reference cpu, target emu, 10 steps each
-  hal accept train.py --target emu:musa-2.7 -- --epochs 1
+  hal accept --target emu:musa-2.7 train.py --epochs 1
                                                     the emulator with Moore Threads' operator coverage;
-                                                    the script's own arguments after --
-  hal accept train_ddp.py --nproc-per-node 2 --steps 20 -o accept.html --json accept.json
-  hal accept train.py --reference cuda --target ascend --min-throughput-ratio 0.8 --loss-rtol 0.01
+                                                    hal accept's options first, the script's own after it
+  hal accept --nproc-per-node 2 --steps 20 -o accept.html --json accept.json train_ddp.py
+  hal accept --reference cuda --target ascend --min-throughput-ratio 0.8 --loss-rtol 0.01 train.py
                                                     on a site with both: CUDA as the reference
 
 The script runs unmodified through `hal run` on the reference and on each target, with hal.metrics
@@ -34,7 +34,8 @@ def add_parser(sub) -> None:
     p = sub.add_parser("accept", help="the migration acceptance report: your script, reference against target",
                        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("script", help="the training script (run unmodified)")
-    p.add_argument("script_args", nargs=argparse.REMAINDER, help="its own arguments, after --")
+    p.add_argument("script_args", nargs=argparse.REMAINDER,
+                   help="its own arguments (everything after the script is the script's, as with hal run)")
     p.add_argument("--reference", default="cpu", help="where the script is known to work (default: %(default)s)")
     p.add_argument("--target", action="append", dest="targets", metavar="T",
                    help="a backend to accept (repeat; emu:<profile> takes on a vendor's coverage); default emu")
