@@ -2,7 +2,7 @@
 
 ``pipeline`` (the library call: quantize, check, measure, gate, write, rescan) · ``choice``
 (format and op types, judged by the target's profile) · ``ort`` (the onnxruntime.quantization
-calls) · ``calibration`` (inputs for static INT8) · ``measure`` (size, latency, accuracy).
+calls) · ``calibration`` (inputs for static INT8) · ``metrics`` (size, latency, accuracy).
 """
 from op_coverage.quantize.pipeline import Gates, QuantizeReport, quantize
 

@@ -3,7 +3,7 @@
 :func:`quantize` is the library call behind ``op_coverage quantize``.  The format (integer
 operators or QDQ), the element types and the op types come from the target's profile
 (:mod:`op_coverage.quantize.choice`); the result is checked with ``onnx.checker``, compared with the
-float model in onnxruntime (:mod:`op_coverage.quantize.measure`) and written only when it passes the
+float model in onnxruntime (:mod:`op_coverage.quantize.metrics`) and written only when it passes the
 checker and every gate.  External data stays external (``OUTPUT.data`` beside ``OUTPUT``).
 """
 from __future__ import annotations
@@ -235,7 +235,7 @@ def _quantize(report, loaded, profile, src, out, calibration, exclude, inputs, s
               facts, not_native, compare) -> None:
     from op_coverage.quantize.calibration import describe, generated_calibration, load_calibration
     from op_coverage.quantize.choice import choose
-    from op_coverage.quantize.measure import compare_outputs, latency, model_bytes, session
+    from op_coverage.quantize.metrics import compare_outputs, latency, model_bytes, session
     from op_coverage.quantize.ort import pre_process, quantize_once
     from op_coverage.rewrite.verify import generate_inputs, load_inputs
 
