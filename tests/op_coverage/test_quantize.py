@@ -247,7 +247,7 @@ def quantized_census(src, tmp_path, symbolic: bool):
     onnxruntime's symbolic shape inference."""
     from op_coverage.quantize.choice import formats
     from op_coverage.quantize.ort import _pre_process, quantize_once, untyped_values
-    from op_coverage.quantize.pipeline import _census
+    from op_coverage.quantize.census import _census
     fmt = formats()["formats"]["integer-dynamic"]
     pre, out = tmp_path / f"pre-{symbolic}.onnx", tmp_path / f"q-{symbolic}.onnx"
     assert _pre_process(src.resolve(), pre.resolve(), False, symbolic=symbolic) is None
