@@ -58,7 +58,7 @@ def optimized_ops(path, tmp: Path) -> tuple[int, dict]:
 
 
 def ratios(orig, new, feeds, runs, repeats) -> list[tuple]:
-    from op_coverage.quantize.measure import interleaved
+    from op_coverage.quantize.metrics import interleaved
 
     return interleaved(session(orig), session(new), feeds, runs, repeats, warmup=5)
 

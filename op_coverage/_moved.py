@@ -22,7 +22,7 @@ MOVED = {
     "op_coverage.verify": "op_coverage.rewrite.verify",
     "op_coverage.quant_calibration": "op_coverage.quantize.calibration",
     "op_coverage.quant_choice": "op_coverage.quantize.choice",
-    "op_coverage.quant_measure": "op_coverage.quantize.measure",
+    "op_coverage.quant_measure": "op_coverage.quantize.metrics",
     "op_coverage.quant_ort": "op_coverage.quantize.ort",
     "op_coverage.torch_scan": "op_coverage.torch.scan",
     "op_coverage.torch_static": "op_coverage.torch.static",

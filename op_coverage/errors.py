@@ -103,6 +103,13 @@ class VerifyFailed(ScanError):
 
 
 # -- op_coverage quantize -------------------------------------------------------------------
+class BadOption(ScanError, ValueError):
+    """A quantize option out of range or of the wrong type (``QuantizeOptions``, ``Gates``); a usage error."""
+
+    exit_code = 2
+    kind = "bad-option"
+
+
 class QuantizeGateFailed(ScanError):
     """The quantized model is further from the float one than --max-error / --min-cosine allow; nothing written."""
 

@@ -50,6 +50,25 @@ def give_default_mode(path: Union[str, Path]) -> None:
     os.chmod(path, default_mode())
 
 
+def move_into_place(src: Union[str, Path], path: Union[str, Path]) -> Path:
+    """Rename the finished file *src* (written by a library, e.g. ``onnx.save_model``, in a temporary
+    folder beside *path*) to *path*, so that readers see the old file or the whole new one: fsync it,
+    give it :func:`default_mode`, rename it, fsync the folder.
+
+    Both must be on one file system (``os.replace`` raises ``OSError`` with ``errno.EXDEV`` otherwise).
+    """
+    src, path = Path(src), Path(path)
+    fd = os.open(src, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    give_default_mode(src)  # onnx writes external data 0600
+    os.replace(src, path)
+    fsync_dir(path.parent if str(path.parent) else Path("."))
+    return path
+
+
 def atomic_write(path: Union[str, Path], data: Union[bytes, str], encoding: str = "utf-8") -> Path:
     """Write ``data`` to ``path`` so that readers see the old file or the whole new one."""
     path = Path(path)

@@ -19,7 +19,7 @@ exit codes:
   5   an accuracy gate failed (--max-error / --min-cosine); nothing written
   6   the result fails onnx.checker, or onnxruntime cannot run the float or the quantized model; nothing written
   7   the target runs no INT8 form of the model's ops (or --exclude left none); the model stays float, nothing written
-  2   usage error (no -o, unknown --exclude node, bad --dim)
+  2   usage error (no -o, unknown --exclude node, bad --dim, a gate no model could pass)
   10-17  bad input, as for 'scan' (not found, not ONNX, truncated, unsafe external data, opset, bad profile,
          unknown target, unwritable -o)
   18  bad --inputs or --calibration file
@@ -85,7 +85,7 @@ def run(a) -> int:
     """Run ``op_coverage quantize``; returns the exit code. With ``--json`` every exit prints its document."""
     from op_coverage.cli._common import parse_dims
     from op_coverage.errors import ScanError
-    from op_coverage.quantize import Gates, quantize
+    from op_coverage.quantize import Gates, QuantizeOptions, quantize
     from op_coverage.report.quantize import render_quantize
     fmt = "json" if a.json else (a.format or "table")
     try:
@@ -93,11 +93,12 @@ def run(a) -> int:
             e = ScanError("-o/--output is required: where to write the INT8 model")
             e.kind, e.exit_code = "usage", 2
             raise e
-        rep = quantize(a.path, a.target, a.output, mode=a.mode, calibration=a.calibration,
-                       per_channel=a.per_channel, exclude=[x.strip() for s in a.exclude for x in s.split(",") if x.strip()],
-                       profiles=a.profile, inputs=a.inputs, seed=a.seed, dims=parse_dims(a.dim),
-                       gates=Gates(a.max_error, a.min_cosine), runs=max(a.runs, 0), repeats=max(a.repeats, 1),
-                       compare=not a.no_compare)
+        options = QuantizeOptions(
+            mode=a.mode, calibration=a.calibration, per_channel=a.per_channel,
+            exclude=[x.strip() for s in a.exclude for x in s.split(",") if x.strip()], profiles=a.profile,
+            inputs=a.inputs, seed=a.seed, dims=parse_dims(a.dim), gates=Gates(a.max_error, a.min_cosine),
+            runs=max(a.runs, 0), repeats=max(a.repeats, 1), compare=not a.no_compare)
+        rep = quantize(a.path, a.target, a.output, options)
     except ScanError as e:
         rep = getattr(e, "report", None)
         doc = rep.to_dict() if rep is not None else _error_doc(a, e)

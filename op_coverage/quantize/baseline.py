@@ -39,10 +39,10 @@ def measure_baseline(src: Path, dst: Path, mode: str, calibration: list[dict], e
     :param same: ``(path, outputs)`` of hal's result: when *dst* has the same bytes as that file, its
         latency and accuracy are that result's (one model, measured once).
     :param ours: the session of hal's result, with *runs* > 0: both results are timed in one
-        interleave with the float model (:func:`~op_coverage.quantize.measure.latencies`), whose
+        interleave with the float model (:func:`~op_coverage.quantize.metrics.latencies`), whose
         runs are the denominator of both ratios.
     """
-    from op_coverage.quantize.measure import compare_outputs, latencies, model_bytes, session
+    from op_coverage.quantize.metrics import compare_outputs, latencies, model_bytes, session
     out = {"call": CALLS[mode]}
     if isinstance(made, str):
         out["error"] = made

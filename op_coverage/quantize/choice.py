@@ -17,7 +17,7 @@ from typing import Callable
 
 from op_coverage.datafiles import read_json
 from op_coverage.onnx.inventory import all_nodes
-from op_coverage.quantize.measure import model_bytes
+from op_coverage.quantize.metrics import model_bytes
 from op_coverage.targets.profile import SupportProfile
 
 

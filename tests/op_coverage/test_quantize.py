@@ -247,7 +247,7 @@ def quantized_census(src, tmp_path, symbolic: bool):
     onnxruntime's symbolic shape inference."""
     from op_coverage.quantize.choice import formats
     from op_coverage.quantize.ort import _pre_process, quantize_once, untyped_values
-    from op_coverage.quantize.pipeline import _census
+    from op_coverage.quantize.census import _census
     fmt = formats()["formats"]["integer-dynamic"]
     pre, out = tmp_path / f"pre-{symbolic}.onnx", tmp_path / f"q-{symbolic}.onnx"
     assert _pre_process(src.resolve(), pre.resolve(), False, symbolic=symbolic) is None
@@ -288,7 +288,7 @@ def test_onnxruntimes_default_result_is_written_when_it_is_the_smaller(tmp_path)
 def test_model_bytes_reads_a_rewritten_file_again(tmp_path):
     """model_bytes remembers each file's external-data names by path, size and modification time: a model
     saved again under the same name (now with its weights inside) is measured afresh, not from memory."""
-    from op_coverage.quantize.measure import model_bytes
+    from op_coverage.quantize.metrics import model_bytes
     p = tmp_path / "m.onnx"
     qm.save(qm.small_cnn(), p, external=True)
     assert model_bytes(p) == p.stat().st_size + (tmp_path / "m.onnx.data").stat().st_size
@@ -303,7 +303,7 @@ def test_cosine_is_the_same_whatever_blas_threads():
     import os
     import subprocess
     import sys
-    code = ("import numpy as np; from op_coverage.quantize.measure import accuracy; "
+    code = ("import numpy as np; from op_coverage.quantize.metrics import accuracy; "
             "r = np.random.default_rng(0); w = r.standard_normal((2, 2, 8192)).astype(np.float32); "
             "print(repr(accuracy('out', w, w + 1e-2 * r.standard_normal(w.shape).astype(np.float32)).cosine))")
     got = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120,
