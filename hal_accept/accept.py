@@ -59,7 +59,7 @@ def operators(options: AcceptOptions, trace: Optional[dict], runs: Dict[str, Run
     for t in options.targets:
         entry = {"profile": t.profile}
         try:
-            rep = scan_trace(trace, [t.profile]).to_dict()
+            rep = scan_trace(trace, [t.profile], use_plugins=True).to_dict()  # a plugin's own profile too
             model = rep["models"][0]
             tgt = model["targets"][0]
             entry.update(title=tgt["title"], op_types=tgt["op_types"], op_types_native=tgt["op_types_native"],

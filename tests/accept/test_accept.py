@@ -1,0 +1,101 @@
+"""hal accept on a CUDA-written script against the emulator with one wrong vendor kernel (``wrong_gelu``):
+the report rejects it, the bisection names aten::gelu and the script's line, the JSON follows its schema
+and the HTML page renders in headless Chromium."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hal_accept import AcceptOptions, AcceptUsageError, Target, accept, compare, parse_target, to_html
+
+HERE = Path(__file__).resolve().parent
+SCRIPT = HERE / "train_gelu_mlp.py"
+SCHEMA = HERE.parents[1] / "hal_accept" / "accept.schema.json"
+
+
+def test_compare_names_the_first_step_outside_the_tolerance():
+    same = compare([1.0, 0.8, 0.6], [1.0, 0.8005, 0.6], rtol=1e-3, atol=0.0)
+    assert same["agree"] and same["first_divergent_step"] is None
+    off = compare([1.0, 0.8, 0.6], [1.0, 0.81, 0.7], rtol=1e-3, atol=0.0)
+    assert not off["agree"] and off["first_divergent_step"] == 2 and off["max_rel_diff"] == pytest.approx(1 / 6)
+    short = compare([1.0, 0.8], [1.0], rtol=1e-3, atol=0.0)  # a run that stopped early does not agree
+    assert short["first_divergent_step"] == 2
+
+
+def test_targets_and_options_are_checked_with_the_fix():
+    assert parse_target("emu:musa-2.7") == Target("emu", "musa-2.7")
+    assert Target("emu", "musa-2.7").env() == {"HAL_BACKEND": "emu", "HAL_EMU_OPS": "musa-2.7"}
+    with pytest.raises(AcceptUsageError, match="emulator only; write emu:musa"):
+        parse_target("cpu:musa")
+    with pytest.raises(AcceptUsageError, match="at least 2 optimizer steps"):
+        AcceptOptions(str(SCRIPT), steps=1).check()
+    with pytest.raises(AcceptUsageError, match="no such file"):
+        AcceptOptions("missing_train.py").check()
+
+
+def test_a_usage_error_exits_2_with_one_line():
+    p = subprocess.run([sys.executable, "-m", "hal", "accept", "--target", "cpu:musa", str(SCRIPT)],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2 and p.stderr.strip().startswith("hal accept: error: target 'cpu:musa'")
+
+
+@pytest.fixture(scope="module")
+def wrong_gelu(tmp_path_factory):
+    work = tmp_path_factory.mktemp("accept")
+    path = os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    options = AcceptOptions(str(SCRIPT), steps=4, loss_rtol=1e-4, workdir=work,
+                            env=(("HAL_PLUGINS", "wrong_gelu"), ("PYTHONPATH", path)))
+    lines = []
+    return accept(options, lines.append), lines, work
+
+
+@pytest.mark.slow
+def test_the_wrong_kernel_is_found_by_bisection_with_its_call_site(wrong_gelu):
+    report, progress, _ = wrong_gelu
+    assert report["exit_code"] == 1 and report["verdict"] == "rejected"
+    assert {g["gate"]: g["holds"] for g in report["gates"]} == {"runs": True, "loss": False, "throughput": True}
+    emu = report["sections"]["numerics"]["targets"]["emu"]
+    assert emu["comparison"]["first_divergent_step"] == 1
+    found = emu["bisection"]
+    assert found["status"] == "found" and found["op"] == "gelu"
+    assert any(site.endswith("train_gelu_mlp.py:15") for site in found["sites"])  # the line whose model call runs GELU
+    # about log2(#ops) short runs: every op on the host first, then halves
+    assert len(found["runs"]) <= found["ops_total"].bit_length() + 3
+    assert found["runs"][0]["agrees"] and len(found["runs"][0]["host_ops"]) == found["ops_total"]
+    assert any(line.startswith("bisect emu:") for line in progress)  # progress while it runs
+
+
+@pytest.mark.slow
+def test_the_report_follows_its_schema_and_names_its_evidence(wrong_gelu):
+    jsonschema = pytest.importorskip("jsonschema")
+    report, _, _ = wrong_gelu
+    jsonschema.validate(json.loads(json.dumps(report, default=str)), json.loads(SCHEMA.read_text()))
+    sections = report["sections"]
+    assert sections["code_changes"]["lines_changed_with_hal"] == 0
+    assert any(row["call"].startswith("Tensor.to") or "cuda" in row["call"] for row in sections["code_changes"]["redirected"])
+    assert sections["operators"]["targets"]["emu"]["op_types"] > 10
+    assert sections["stability"]["verdict"] == "not_checked"  # not claimed
+    tp = sections["throughput"]["targets"]["emu"]
+    assert tp["unit"] == "samples/s" and tp["ratio"] > 0 and tp["throughput"]["samples_per_s"]["p50"] > 0
+    assert report["runs"]["reference"]["loss"][0] == pytest.approx(report["runs"]["emu"]["loss"][0], rel=1e-2)
+
+
+@pytest.mark.slow
+def test_the_html_page_renders_its_charts_and_verdict_in_headless_chromium(wrong_gelu, tmp_path):
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    if browser is None:
+        pytest.skip("headless Chromium is not installed (apt-get install chromium; make accept installs it)")
+    report, _, _ = wrong_gelu
+    page = tmp_path / "accept.html"
+    page.write_text(to_html(report), encoding="utf-8")
+    p = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom", page.as_uri()],
+                       capture_output=True, text=True, timeout=120)
+    dom = p.stdout
+    assert "<script" not in to_html(report)  # self-contained, nothing to run
+    assert 'id="verdict">rejected<' in dom.replace("'", '"')
+    assert dom.count('class="series"') == 2  # the reference's loss curve and the target's
+    assert "aten::gelu" in dom and "5. Stability" in dom
