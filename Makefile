@@ -1,5 +1,5 @@
 PY ?= python3
-.PHONY: torch-window setup demo test bench bench-decode bench-small gpu-check corpus-cuda-torch zoo chaos frameworks frameworks-timm reshard parallel long cluster cluster-demo llmstack frameworks-latest llmstack-torch214
+.PHONY: torch-window setup demo test bench bench-decode bench-small gpu-check corpus-cuda-torch zoo chaos frameworks frameworks-timm reshard parallel long cluster cluster-demo llmstack frameworks-latest llmstack-torch214 accept accept-demo
 setup:
 	bash scripts/setup.sh
 # the main job on the embedded defaults
@@ -79,6 +79,20 @@ chaos:
 # the fallback zoo trains with; about 8 minutes)
 long:
 	$(PY) -m pytest -q -m long
+# hal accept on a bundled CUDA-written script against the emulator with Moore Threads' operator coverage, then
+# the same with a vendor plugin whose gelu is wrong (the bisection names it): build/accept-demo/*.html (docs/accept.md)
+accept-demo: setup
+	mkdir -p build/accept-demo
+	$(PY) -m hal accept --target emu:musa-2.7 --steps 10 --workdir build/accept-demo/runs \
+		-o build/accept-demo/accept.html --json build/accept-demo/accept.json examples/cuda_train.py --steps 12
+	HAL_PLUGINS=wrong_gelu PYTHONPATH=tests/accept $(PY) -m hal accept --steps 6 --loss-rtol 1e-4 \
+		--workdir build/accept-demo/runs-gelu -o build/accept-demo/wrong-gelu.html \
+		--json build/accept-demo/wrong-gelu.json tests/accept/train_gelu_mlp.py || test $$? -eq 1
+# hal accept on outside-shaped scripts (HF Trainer at 2 ranks, torchrun DDP, FSDP2) and its report in headless
+# Chromium (installed here when missing and root): minutes; docs/accept.md quotes the results
+accept: setup
+	command -v chromium >/dev/null || { [ "$$(id -u)" = 0 ] && apt-get install -y -q chromium >/dev/null; } || true
+	$(PY) -m pytest -q -m "accept or slow" tests/accept
 # multi-node acceptance on simulated nodes (network namespaces, needs root; skips elsewhere): hal doctor and
 # hal bench --pairs across 4 nodes with one slow node, DDP communication time across 2 nodes: docs/cluster.md
 cluster:
