@@ -153,8 +153,6 @@ def environment(options: AcceptOptions, backends: List[Target]) -> dict:
                     platform=platform.platform(), doctor=doctor,
                     not_checked=["stability (kill, elastic resume, the reference's checkpoint on the target): "
                                  "not part of this release of hal accept",
-                                 "inference (TTFT, TPOT, tokens/s at concurrency 1-32, token agreement): "
-                                 "not part of this release of hal accept",
                                  "MFU: no peak FLOPs facts in the backend data yet"],
                     evidence=[f"HAL_BACKEND={t.backend} hal doctor --check backends --check versions --json"
                               for t in backends])
@@ -192,7 +190,12 @@ def accept(options: AcceptOptions, progress: Callable[[str], None] = lambda s: N
         sections["numerics"] = _section(NOT_CHECKED, f"a run failed ({why})")
         sections["throughput"] = _section(NOT_CHECKED, f"a run failed ({why})")
     sections["stability"] = _section(NOT_CHECKED, "not part of this release of hal accept")
-    sections["inference"] = _section(NOT_CHECKED, "not part of this release of hal accept")
+    if options.model:
+        from hal_accept.inference import inference_section
+
+        sections["inference"] = inference_section(options, progress)
+    else:
+        sections["inference"] = _section(NOT_CHECKED, "no --model given (a Hugging Face causal-LM folder or config)")
     progress("environment: hal doctor per backend")
     sections["environment"] = environment(options, [options.reference, *options.targets])
     gates = [
@@ -203,6 +206,10 @@ def accept(options: AcceptOptions, progress: Callable[[str], None] = lambda s: N
         {"gate": "throughput", "holds": sections["throughput"]["verdict"] == PASS,
          "detail": f"p50 ratio >= {options.min_throughput_ratio}"},
     ]
+    if options.model:
+        gates.append({"gate": "inference", "holds": sections["inference"]["verdict"] == PASS,
+                      "detail": f"tokens/s >= {options.min_throughput_ratio} x the reference's at every batch size, "
+                                f"token disagreement <= {options.max_token_disagreement}"})
     exit_code = 3 if failed else (0 if all(g["holds"] for g in gates) else 1)
     return {"schema": SCHEMA, "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "script": options.script, "script_args": list(options.script_args),

@@ -13,6 +13,8 @@ examples:
                                                     the emulator with Moore Threads' operator coverage;
                                                     hal accept's options first, the script's own after it
   hal accept --nproc-per-node 2 --steps 20 -o accept.html --json accept.json train_ddp.py
+  hal accept --model tiny-llama/ --batches 1,4,16 train.py
+                                                    inference too: TTFT, TPOT, tokens/s per batch size
   hal accept --reference cuda --target ascend --min-throughput-ratio 0.8 --loss-rtol 0.01 train.py
                                                     on a site with both: CUDA as the reference
 
@@ -20,10 +22,11 @@ The script runs unmodified through `hal run` on the reference and on each target
 attached from outside (loss, grad norm, samples/s per optimizer step) and ended after --steps steps.
 Sections: code changes, operators, numerics (a diverging loss curve is bisected to the aten op
 and its call site by routing halves of the ops to the host), throughput and memory, environment.
-Stability and inference are not part of this release (the report says so). docs/accept.md.
+With --model, inference too: greedy generation with a KV cache at each batch size (TTFT, TPOT,
+tokens/s, token agreement). Stability is not part of this release (the report says so). docs/accept.md.
 
 exit codes:
-  0  every gate holds (the runs, the loss, the throughput)
+  0  every gate holds (the runs, the loss, the throughput; with --model the inference)
   1  a gate fails (the report says which)
   2  a usage error
   3  a run failed (the script did not finish on the reference or a target)
@@ -48,6 +51,13 @@ def add_parser(sub) -> None:
                         "autocast; 1e-4 suits a float32 script)")
     p.add_argument("--loss-atol", type=float, default=1e-6, metavar="X", help="plus this absolute tolerance")
     p.add_argument("--no-bisect", action="store_true", help="do not search the operator behind a diverging loss")
+    p.add_argument("--model", metavar="DIR", help="inference too: a Hugging Face causal-LM folder (or its config.json) "
+                                                  "generated with greedily on the reference and each target")
+    p.add_argument("--batches", default="1,2,4,8,16,32", metavar="B,B",
+                   help="inference batch sizes / concurrency (default: %(default)s)")
+    p.add_argument("--new-tokens", type=int, default=16, metavar="N", help="tokens generated per sequence")
+    p.add_argument("--max-token-disagreement", type=float, default=0.05, metavar="X",
+                   help="gate: share of the target's generated tokens that may differ (default: %(default)s)")
     p.add_argument("--workdir", default="accept-runs", help="the runs' files (default: %(default)s)")
     p.add_argument("--timeout", type=float, default=900.0, metavar="S", help="per run (default: %(default)s)")
     p.add_argument("-o", "--output", metavar="FILE.html", help="write the HTML report")
@@ -73,7 +83,14 @@ def run(args) -> int:
                                 nproc_per_node=args.nproc_per_node, steps=args.steps,
                                 min_throughput_ratio=args.min_throughput_ratio, loss_rtol=args.loss_rtol,
                                 loss_atol=args.loss_atol, bisect=not args.no_bisect, workdir=Path(args.workdir),
-                                timeout_s=args.timeout).check()
+                                timeout_s=args.timeout, model=args.model,
+                                batches=tuple(int(b) for b in args.batches.split(",") if b.strip()),
+                                new_tokens=args.new_tokens,
+                                max_token_disagreement=args.max_token_disagreement).check()
+    except ValueError:  # int() of --batches
+        print(f"hal accept: error: --batches {args.batches!r}: give whole numbers separated by commas (1,2,4)",
+              file=sys.stderr)
+        return 2
     except AcceptUsageError as exc:
         print(f"hal accept: error: {exc}", file=sys.stderr)
         return 2

@@ -84,6 +84,13 @@ class AcceptOptions:
     timeout_s: float = 900.0
     #: extra environment for every run (``HAL_PLUGINS`` of a vendor's plugin ...)
     env: Tuple[Tuple[str, str], ...] = ()
+    #: inference: a Hugging Face causal-LM folder (or its config.json) to generate with; None: no inference
+    model: Optional[str] = None
+    #: inference: the batch sizes (concurrency) generated at, and the tokens generated per sequence
+    batches: Tuple[int, ...] = (1, 2, 4, 8, 16, 32)
+    new_tokens: int = 16
+    #: gate: the share of the target's generated tokens that may differ from the reference's
+    max_token_disagreement: float = 0.05
 
     def check(self) -> "AcceptOptions":
         """Raise :class:`AcceptUsageError` on a bad field; return ``self``."""
@@ -104,4 +111,14 @@ class AcceptOptions:
             raise AcceptUsageError(f"loss_rtol={self.loss_rtol}, loss_atol={self.loss_atol}: tolerances are >= 0")
         if self.timeout_s <= 0:
             raise AcceptUsageError(f"timeout_s={self.timeout_s}: give seconds above 0")
+        if self.model is not None and not os.path.exists(self.model):
+            raise AcceptUsageError(f"model {self.model!r}: no such folder or file; give a Hugging Face causal-LM "
+                                   f"folder (config.json and weights) or its config.json")
+        if not self.batches or any(b < 1 for b in self.batches):
+            raise AcceptUsageError(f"batches={self.batches}: give batch sizes of 1 or more (1,2,4,8,16,32)")
+        if self.new_tokens < 2:
+            raise AcceptUsageError(f"new_tokens={self.new_tokens}: give at least 2 (the first is TTFT's, the "
+                                   f"others TPOT's)")
+        if not 0 <= self.max_token_disagreement <= 1:
+            raise AcceptUsageError(f"max_token_disagreement={self.max_token_disagreement}: give a share in [0, 1]")
         return self

@@ -130,6 +130,18 @@ def _section_html(key: str, s: dict, report: dict) -> str:
         out.append(f"<p>reference p50 step time: {_fmt((ref.get('step_time_s') or {}).get('p50'))} s</p>")
         out.append(_table(rows, ["target", "ratio", "unit", "gate", "within gate", "p50 step s",
                                  "peak memory bytes", "exposed comm share", "first slow step"]))
+    elif key == "inference" and s.get("targets") is not None:
+        ref_rows = s.get("reference") or []
+        series = {f"reference ({report['reference']})": [r["tokens_per_s"] for r in ref_rows]}
+        for name, t in s.get("targets", {}).items():
+            series[name] = [r["tokens_per_s"] for r in t.get("rows", [])]
+        out.append(_svg_lines(series, "output tokens/s per batch size ("
+                              + ", ".join(str(r["batch"]) for r in ref_rows) + ")"))
+        for name, t in s.get("targets", {}).items():
+            out.append(f"<h3>{html.escape(name)}</h3><p>token agreement with the reference: "
+                       f"{_fmt(t.get('agreement'))}</p>")
+            out.append(_table(t.get("rows", []), ["batch", "ttft_s", "tpot_s", "tokens_per_s",
+                                                  "reference_tokens_per_s", "ratio"]))
     elif key == "environment":
         out.append(f"<p>torch {html.escape(s.get('torch', ''))}, Python {html.escape(s.get('python', ''))}, "
                    f"hal {html.escape(s.get('hal', ''))}</p>")

@@ -47,8 +47,11 @@ def test_a_usage_error_exits_2_with_one_line():
 def wrong_gelu(tmp_path_factory):
     work = tmp_path_factory.mktemp("accept")
     path = os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    options = AcceptOptions(str(SCRIPT), steps=4, loss_rtol=1e-4, workdir=work,
-                            env=(("HAL_PLUGINS", "wrong_gelu"), ("PYTHONPATH", path)))
+    # the throughput gate low: the emulator's speed under a loaded test machine is no chip's (the gate's
+    # arithmetic is checked below); inference on a 2-layer GPT-2 config at batch sizes 1 and 4
+    options = AcceptOptions(str(SCRIPT), steps=4, loss_rtol=1e-4, workdir=work, min_throughput_ratio=0.05,
+                            env=(("HAL_PLUGINS", "wrong_gelu"), ("PYTHONPATH", path)),
+                            model=str(HERE / "tiny-gpt2"), batches=(1, 4), new_tokens=4)
     lines = []
     return accept(options, lines.append), lines, work
 
@@ -57,7 +60,8 @@ def wrong_gelu(tmp_path_factory):
 def test_the_wrong_kernel_is_found_by_bisection_with_its_call_site(wrong_gelu):
     report, progress, _ = wrong_gelu
     assert report["exit_code"] == 1 and report["verdict"] == "rejected"
-    assert {g["gate"]: g["holds"] for g in report["gates"]} == {"runs": True, "loss": False, "throughput": True}
+    assert {g["gate"]: g["holds"] for g in report["gates"]} == {"runs": True, "loss": False, "throughput": True,
+                                                                 "inference": True}
     emu = report["sections"]["numerics"]["targets"]["emu"]
     assert emu["comparison"]["first_divergent_step"] == 1
     found = emu["bisection"]
@@ -80,7 +84,12 @@ def test_the_report_follows_its_schema_and_names_its_evidence(wrong_gelu):
     assert sections["operators"]["targets"]["emu"]["op_types"] > 10
     assert sections["stability"]["verdict"] == "not_checked"  # not claimed
     tp = sections["throughput"]["targets"]["emu"]
-    assert tp["unit"] == "samples/s" and tp["ratio"] > 0 and tp["throughput"]["samples_per_s"]["p50"] > 0
+    assert tp["unit"] == "samples/s" and tp["throughput"]["samples_per_s"]["p50"] > 0
+    assert tp["within_gate"] == (tp["ratio"] >= tp["gate"] == 0.05)
+    inf = sections["inference"]["targets"]["emu"]
+    assert [r["batch"] for r in inf["rows"]] == [1, 4]
+    assert all(r["ttft_s"] > 0 and r["tpot_s"] > 0 and r["tokens_per_s"] > 0 and r["ratio"] > 0 for r in inf["rows"])
+    assert inf["agreement"] >= 0.95  # greedy tokens of a float32 model: the emulator's are the CPU's
     assert report["runs"]["reference"]["loss"][0] == pytest.approx(report["runs"]["emu"]["loss"][0], rel=1e-2)
 
 
