@@ -106,5 +106,5 @@ def test_the_html_page_renders_its_charts_and_verdict_in_headless_chromium(wrong
     dom = p.stdout
     assert "<script" not in to_html(report)  # self-contained, nothing to run
     assert 'id="verdict">rejected<' in dom.replace("'", '"')
-    assert dom.count('class="series"') == 2  # the reference's loss curve and the target's
+    assert dom.count('class="series"') == 4  # loss and inference tokens/s: the reference's and the target's
     assert "aten::gelu" in dom and "5. Stability" in dom
