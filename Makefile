@@ -84,6 +84,7 @@ long:
 accept-demo: setup
 	mkdir -p build/accept-demo
 	$(PY) -m hal accept --target emu:musa-2.7 --steps 10 --workdir build/accept-demo/runs \
+		--model tests/accept/tiny-gpt2 --batches 1,2,4,8,16,32 \
 		-o build/accept-demo/accept.html --json build/accept-demo/accept.json examples/cuda_train.py --steps 12
 	HAL_PLUGINS=wrong_gelu PYTHONPATH=tests/accept $(PY) -m hal accept --steps 6 --loss-rtol 1e-4 \
 		--workdir build/accept-demo/runs-gelu -o build/accept-demo/wrong-gelu.html \
