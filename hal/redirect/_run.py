@@ -80,13 +80,14 @@ def _install_fallback():
     from hal.redirect._log import LOGGER
     try:
         installed = fallback.install()
-        fallback.route_to_host_from_env()  # after: HAL_FALLBACK_HOST overrides every kernel of its ops
-        return installed
-    except HalError:  # HAL_FALLBACK_HOST names no operator: the user's setting, raised as hal's error
-        raise
     except Exception as exc:  # noqa: BLE001 - the script runs without it
         LOGGER.error("%s; the script runs without hal.fallback's decompositions", exc)
-        return fallback.InstallReport(False, f"hal.fallback.install() failed: {type(exc).__name__}: {exc}")
+        installed = fallback.InstallReport(False, f"hal.fallback.install() failed: {type(exc).__name__}: {exc}")
+    try:  # after install: HAL_FALLBACK_HOST overrides every kernel of its ops
+        fallback.route_to_host_from_env()
+    except Exception as exc:  # noqa: BLE001 - the user's setting is wrong: said, and the script runs without it
+        LOGGER.error("%s; the script runs without HAL_FALLBACK_HOST", exc)
+    return installed
 
 
 def _module_file(module: str) -> str:

@@ -108,3 +108,12 @@ def test_the_html_page_renders_its_charts_and_verdict_in_headless_chromium(wrong
     assert 'id="verdict">rejected<' in dom.replace("'", '"')
     assert dom.count('class="series"') == 4  # loss and inference tokens/s: the reference's and the target's
     assert "aten::gelu" in dom and "5. Stability" in dom
+
+
+def test_only_ops_the_host_route_can_serve_are_bisected():
+    from hal import fallback
+
+    assert fallback.routable("addmm") is None and fallback.routable("_foreach_mul_.Scalar") is None
+    assert "view" in fallback.routable("view") and "view" in fallback.routable("aten::t")
+    assert "factory" in fallback.routable("empty.memory_format")
+    assert "moves data" in fallback.routable("_to_copy") and "moves data" in fallback.routable("copy_")
