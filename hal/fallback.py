@@ -71,6 +71,8 @@ _last: Optional[InstallReport] = None
 _host_lib: Optional[torch.library.Library] = None
 #: op overload routed to the host -> {call site: count}
 _host_sites: dict = {}
+#: op overload :func:`route_to_host` could not route -> why
+_host_skipped: dict = {}
 
 
 def _announce(op: str) -> None:
@@ -293,10 +295,15 @@ def route_to_host(ops) -> List[str]:
             _host_lib._destroy()
             _host_lib = None
         _host_sites.clear()
+        _host_skipped.clear()
         names = [n for op in ops if op.strip() for n in _overloads(op)]
         if not names:
             return []
+        import inspect
+
         lib = torch.library.Library("aten", "IMPL")
+        override = {"allow_override": True} if "allow_override" in inspect.signature(lib.impl).parameters else {}
+        routed = []
         for name in names:
             packet, _, overload = name.partition(".")
             func = getattr(getattr(torch.ops.aten, packet), overload or "default")
@@ -307,15 +314,28 @@ def route_to_host(ops) -> List[str]:
                 site = user_site(1) or torch_context()
                 _sites[site] = _sites.get(site, 0) + 1
                 return _run(*args, **kwargs)
-            lib.impl(name, kernel, "PrivateUse1")
+            try:
+                lib.impl(name, kernel, "PrivateUse1", **override)
+            except RuntimeError as exc:  # torch before allow_override: a Python kernel of the op stays
+                del _host_sites[f"aten::{name}"]
+                _host_skipped[f"aten::{name}"] = (f"torch {torch.__version__} lets no second Python kernel replace "
+                                                  f"the one registered for it ({str(exc).splitlines()[0][:160]})")
+                continue
+            routed.append(name)
         _host_lib = lib
-        return names
+        return routed
 
 
 def route_to_host_from_env() -> List[str]:
     """:func:`route_to_host` of ``HAL_FALLBACK_HOST`` (comma-separated), where it is set."""
     ops = [o for o in os.environ.get(ENV_HOST, "").split(",") if o.strip()]
     return route_to_host(ops) if ops else []
+
+
+def host_route_skipped() -> dict:
+    """``{op: why}`` of the ops the last :func:`route_to_host` could not route (a kernel registered from
+    Python on a torch whose ``torch.library`` refuses to replace it: before ``allow_override``)."""
+    return dict(_host_skipped)
 
 
 def host_routes() -> List[dict]:

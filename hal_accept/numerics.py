@@ -63,6 +63,12 @@ def bisect_ops(options: AcceptOptions, target: Target, ops: Sequence[str], refer
     if not ops:
         return {"status": "no_ops", "why": "the trace recorded no aten op on the device", "runs": []}
     if not trial(ops):
+        skipped = (runs[-1]["run"].report or {}).get("host_route_skipped") or {}
+        if skipped:
+            return {"status": "not_routable", "runs": _public(runs), "skipped": skipped,
+                    "why": (f"with every op on the host the loss still differs, but {len(skipped)} op(s) could not "
+                            f"be routed there on this torch ({', '.join(sorted(skipped))}): "
+                            f"{next(iter(skipped.values()))}")}
         return {"status": "not_an_operator", "runs": _public(runs),
                 "why": (f"with all {len(ops)} ops on the host the loss still differs: the difference is not one "
                         f"device kernel (look at the data order, the RNG, the collectives, the dtype)")}

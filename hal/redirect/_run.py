@@ -192,6 +192,7 @@ def run_script(path: Optional[str], argv: Sequence[str] = (), options: Sequence[
         "fallbacks": fallbacks,
         "fallback_decompositions": decompositions,
         "host_routed": _fallback.host_routes(),
+        "host_route_skipped": _fallback.host_route_skipped(),
         "fallback_install": (fallback_install.to_dict() | {"installed": len(fallback_install.installed)}
                              if fallback_install is not None else None),
         "children": child_rows,

@@ -1,6 +1,7 @@
 """hal accept on a CUDA-written script against the emulator with one wrong vendor kernel (``wrong_gelu``):
 the report rejects it, the bisection names aten::gelu and the script's line, the JSON follows its schema
 and the HTML page renders in headless Chromium."""
+import inspect
 import json
 import os
 import shutil
@@ -9,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from hal_accept import AcceptOptions, AcceptUsageError, Target, accept, compare, parse_target, to_html
 
@@ -65,6 +67,12 @@ def test_the_wrong_kernel_is_found_by_bisection_with_its_call_site(wrong_gelu):
     emu = report["sections"]["numerics"]["targets"]["emu"]
     assert emu["comparison"]["first_divergent_step"] == 1
     found = emu["bisection"]
+    if "allow_override" not in inspect.signature(torch.library.Library.impl).parameters:
+        # the wrong kernel here is registered from Python, which this torch lets no second Python kernel
+        # replace (a vendor's C++ kernel is replaced): the report must say so rather than blame no operator
+        assert found["status"] == "not_routable" and "aten::gelu" in found["skipped"]
+        pytest.skip(f"torch {torch.__version__}: torch.library.Library.impl has no allow_override, so the host "
+                    f"route cannot replace the test plugin's Python kernel (the report says so: checked)")
     assert found["status"] == "found" and found["op"] == "gelu"
     assert any(site.endswith("train_gelu_mlp.py:15") for site in found["sites"])  # the line whose model call runs GELU
     # about log2(#ops) short runs: every op on the host first, then halves

@@ -56,7 +56,8 @@ def _assert_state_as_made(model, opt, sched):
     want_buffers = [want_opt.state[p]["momentum_buffer"] for p in want_model.parameters()]
     got_buffers = [opt.state[p]["momentum_buffer"] for p in model.parameters()]
     assert all(torch.equal(g, w) for g, w in zip(got_buffers, want_buffers)), "SGD momentum buffers differ"
-    assert sched.state_dict() == want_sched.state_dict()
+    want = want_sched.state_dict()  # the keys this torch's scheduler has: one saved by a newer torch may hold
+    assert {k: v for k, v in sched.state_dict().items() if k in want} == want  # more (2.13's _is_initial on 2.7)
     assert sched.get_last_lr() == want_sched.get_last_lr()
 
 
