@@ -45,6 +45,17 @@ def test_a_usage_error_exits_2_with_one_line():
     assert p.returncode == 2 and p.stderr.strip().startswith("hal accept: error: target 'cpu:musa'")
 
 
+def _transformers_why_not():
+    try:
+        from transformers import AutoModelForCausalLM  # noqa: F401
+    except Exception as exc:  # noqa: BLE001 - a transformers release that refuses this torch raises ImportError
+        return f"transformers does not import beside torch {torch.__version__}: {str(exc).strip().splitlines()[0]}"
+    return None
+
+
+NO_TRANSFORMERS = _transformers_why_not()
+
+
 @pytest.fixture(scope="module")
 def wrong_gelu(tmp_path_factory):
     work = tmp_path_factory.mktemp("accept")
@@ -53,7 +64,7 @@ def wrong_gelu(tmp_path_factory):
     # arithmetic is checked below); inference on a 2-layer GPT-2 config at batch sizes 1 and 4
     options = AcceptOptions(str(SCRIPT), steps=4, loss_rtol=1e-4, workdir=work, min_throughput_ratio=0.05,
                             env=(("HAL_PLUGINS", "wrong_gelu"), ("PYTHONPATH", path)),
-                            model=str(HERE / "tiny-gpt2"), batches=(1, 4), new_tokens=4)
+                            model=None if NO_TRANSFORMERS else str(HERE / "tiny-gpt2"), batches=(1, 4), new_tokens=4)
     lines = []
     return accept(options, lines.append), lines, work
 
@@ -62,8 +73,8 @@ def wrong_gelu(tmp_path_factory):
 def test_the_wrong_kernel_is_found_by_bisection_with_its_call_site(wrong_gelu):
     report, progress, _ = wrong_gelu
     assert report["exit_code"] == 1 and report["verdict"] == "rejected"
-    assert {g["gate"]: g["holds"] for g in report["gates"]} == {"runs": True, "loss": False, "throughput": True,
-                                                                 "inference": True}
+    gates = {"runs": True, "loss": False, "throughput": True} | ({} if NO_TRANSFORMERS else {"inference": True})
+    assert {g["gate"]: g["holds"] for g in report["gates"]} == gates
     emu = report["sections"]["numerics"]["targets"]["emu"]
     assert emu["comparison"]["first_divergent_step"] == 1
     found = emu["bisection"]
@@ -94,6 +105,9 @@ def test_the_report_follows_its_schema_and_names_its_evidence(wrong_gelu):
     tp = sections["throughput"]["targets"]["emu"]
     assert tp["unit"] == "samples/s" and tp["throughput"]["samples_per_s"]["p50"] > 0
     assert tp["within_gate"] == (tp["ratio"] >= tp["gate"] == 0.05)
+    if NO_TRANSFORMERS:
+        assert sections["inference"]["verdict"] == "not_checked"
+        pytest.skip(f"inference not checked: {NO_TRANSFORMERS}")
     inf = sections["inference"]["targets"]["emu"]
     assert [r["batch"] for r in inf["rows"]] == [1, 4]
     assert all(r["ttft_s"] > 0 and r["tpot_s"] > 0 and r["tokens_per_s"] > 0 and r["ratio"] > 0 for r in inf["rows"])
@@ -114,7 +128,7 @@ def test_the_html_page_renders_its_charts_and_verdict_in_headless_chromium(wrong
     dom = p.stdout
     assert "<script" not in to_html(report)  # self-contained, nothing to run
     assert 'id="verdict">rejected<' in dom.replace("'", '"')
-    assert dom.count('class="series"') == 4  # loss and inference tokens/s: the reference's and the target's
+    assert dom.count('class="series"') == (2 if NO_TRANSFORMERS else 4)  # loss (and inference tokens/s) curves
     assert "aten::gelu" in dom and "5. Stability" in dom
 
 

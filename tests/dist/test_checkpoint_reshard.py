@@ -21,14 +21,8 @@ import torch
 import hal.checkpoint as ckpt
 from hal.dist.launch import spawn
 
-try:
-    from torch.distributed.fsdp import fully_shard  # noqa: F401
-    _WHY_NOT = None if hasattr(torch.cpu.Stream, "record_event") else (
-        f"torch {torch.__version__}'s FSDP2 records events on torch.cpu.Stream, which has no record_event there "
-        f"(2.13 has it): FSDP2 on the CPU (gloo) fails in torch itself")
-except ImportError:
-    _WHY_NOT = (f"torch {torch.__version__} has no torch.distributed.fsdp.fully_shard: its FSDP2 prototype "
-                f"(torch.distributed._composable.fsdp) initialises CUDA on a CPU job")
+from fsdp2_support import WHY_NOT as _WHY_NOT
+
 pytestmark = [pytest.mark.dist, pytest.mark.slow, pytest.mark.skipif(_WHY_NOT is not None, reason=str(_WHY_NOT))]
 
 WORKER = str(Path(__file__).with_name("_reshard_worker.py")) + ":train"
