@@ -130,6 +130,8 @@ def _section_html(key: str, s: dict, report: dict) -> str:
         out.append(f"<p>reference p50 step time: {_fmt((ref.get('step_time_s') or {}).get('p50'))} s</p>")
         out.append(_table(rows, ["target", "ratio", "unit", "gate", "within gate", "p50 step s",
                                  "peak memory bytes", "exposed comm share", "first slow step"]))
+    elif key == "inference" and isinstance(s.get("reference"), dict):  # the reference's generation failed
+        out.append(f"<pre>{html.escape(s['reference'].get('output_tail', ''))}</pre>")
     elif key == "inference" and s.get("targets") is not None:
         ref_rows = s.get("reference") or []
         series = {f"reference ({report['reference']})": [r["tokens_per_s"] for r in ref_rows]}

@@ -47,9 +47,13 @@ def test_a_usage_error_exits_2_with_one_line():
 
 def _transformers_why_not():
     try:
-        from transformers import AutoModelForCausalLM  # noqa: F401
-    except Exception as exc:  # noqa: BLE001 - a transformers release that refuses this torch raises ImportError
-        return f"transformers does not import beside torch {torch.__version__}: {str(exc).strip().splitlines()[0]}"
+        from transformers.utils import is_torch_available
+    except ImportError as exc:
+        return f"transformers is not installed ({exc})"
+    if not is_torch_available():  # a release that needs a newer torch disables its models
+        import transformers
+
+        return f"transformers {transformers.__version__} does not take torch {torch.__version__} (it needs a newer one)"
     return None
 
 
