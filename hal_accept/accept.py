@@ -66,7 +66,8 @@ def operators(options: AcceptOptions, trace: Optional[dict], runs: Dict[str, Run
                          nodes_by_status=tgt["nodes_by_status"], worst=tgt["worst"], warnings=model["warnings"],
                          ops=[{"op": o["op_type"], "calls": o["count"],
                                "status": o["support"][t.profile]["status"],
-                               "replacement": o.get("replacement")} for o in model["ops"]])
+                               "replacement": ((o.get("replacement") or {}).get(t.profile) or {}).get("detail")}
+                              for o in model["ops"]])
             if tgt["worst"] == "unsupported":
                 worst = INFO
         except Exception as exc:  # noqa: BLE001 - a backend without a torch profile: say so
