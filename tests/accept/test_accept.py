@@ -143,3 +143,20 @@ def test_only_ops_the_host_route_can_serve_are_bisected():
     assert "view" in fallback.routable("view") and "view" in fallback.routable("aten::t")
     assert "factory" in fallback.routable("empty.memory_format")
     assert "moves data" in fallback.routable("_to_copy") and "moves data" in fallback.routable("copy_")
+
+
+def test_the_host_route_keeps_in_place_updates_of_list_ops_and_counts_their_lines(tmp_path):
+    # an optimizer's _foreach_*_ ops update lists of device tensors in place: routed to the host, each
+    # tensor of the list gets the host's result back
+    script = tmp_path / "foreach.py"
+    script.write_text("import torch\nxs = [torch.ones(3, device='cuda'), torch.zeros(2, device='cuda')]\n"
+                      "torch._foreach_add_(xs, 2.0)\nprint('VALUES', [x.tolist() for x in xs])\n")
+    report = tmp_path / "run.json"
+    env = dict(os.environ, HAL_BACKEND="emu", HAL_FALLBACK_HOST="aten::_foreach_add_.Scalar")
+    p = subprocess.run([sys.executable, "-m", "hal", "run", "--quiet", "--report", str(report), str(script)],
+                       env=env, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "VALUES [[3.0, 3.0, 3.0], [2.0, 2.0]]" in p.stdout
+    routed = json.loads(report.read_text())["host_routed"]
+    assert [(r["op"], r["count"]) for r in routed] == [("aten::_foreach_add_.Scalar", 1)]
+    assert [site.endswith("foreach.py:3") for site in routed[0]["sites"]] == [True]
