@@ -129,6 +129,7 @@ def throughput(options: AcceptOptions, runs: Dict[str, Run]) -> dict:
             verdict = FAIL
         per_target[t.name] = {"throughput": tp, "ratio": ratio, "unit": unit, "gate": options.min_throughput_ratio,
                               "within_gate": ok,
+                              "achieved_flops_per_s": (tp or {}).get("achieved_flops_per_s"),
                               "mfu": None, "mfu_why": f"no peak FLOPs fact for the {t.backend} backend"}
     return _section(verdict, f"p50 {unit} against the reference, gate >= {options.min_throughput_ratio}",
                     reference=ref, targets=per_target)
@@ -154,7 +155,7 @@ def environment(options: AcceptOptions, backends: List[Target]) -> dict:
                     platform=platform.platform(), doctor=doctor,
                     not_checked=["stability (kill, elastic resume, the reference's checkpoint on the target): "
                                  "not part of this release of hal accept",
-                                 "MFU: no peak FLOPs facts in the backend data yet"],
+                                 "MFU: the achieved FLOP/s are measured, no backend has peak FLOPs facts yet"],
                     evidence=[f"HAL_BACKEND={t.backend} hal doctor --check backends --check versions --json"
                               for t in backends])
 

@@ -126,10 +126,11 @@ def _section_html(key: str, s: dict, report: dict) -> str:
                          "p50 step s": (tp.get("step_time_s") or {}).get("p50"),
                          "peak memory bytes": tp.get("mem_peak_bytes"),
                          "exposed comm share": tp.get("comm_exposed_share"),
+                         "achieved FLOP/s": tp.get("achieved_flops_per_s"),
                          "first slow step": tp.get("first_slow_step")})
         out.append(f"<p>reference p50 step time: {_fmt((ref.get('step_time_s') or {}).get('p50'))} s</p>")
         out.append(_table(rows, ["target", "ratio", "unit", "gate", "within gate", "p50 step s",
-                                 "peak memory bytes", "exposed comm share", "first slow step"]))
+                                 "peak memory bytes", "exposed comm share", "achieved FLOP/s", "first slow step"]))
     elif key == "inference" and isinstance(s.get("reference"), dict):  # the reference's generation failed
         out.append(f"<pre>{html.escape(s['reference'].get('output_tail', ''))}</pre>")
     elif key == "inference" and s.get("targets") is not None:

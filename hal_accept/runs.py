@@ -55,7 +55,8 @@ class Run:
 
     def throughput(self) -> dict:
         """samples/s, tokens/s and steps/s over the steps after the first (warm-up): p50, p99 (the job's:
-        ranks summed), peak memory, the exposed communication share, the step a slow stretch began."""
+        ranks summed), peak memory, the exposed communication share, the step a slow stretch began, the
+        floating-point operations of a step (the second's) and the FLOP/s they make at the p50 step time."""
         from hal.metrics import find_drops
 
         rank0 = self.records[0] if self.records else []
@@ -76,6 +77,10 @@ class Run:
                 if r.get("comm_exposed_s") is not None]
         out["comm_exposed_share"] = (sum(c for c, _ in comm) / sum(t for _, t in comm)
                                      if comm and sum(t for _, t in comm) else None)
+        flops = [r["scalars"].get("flops") for rank in self.records for r in rank if r["scalars"].get("flops")]
+        out["flops_per_step"] = sum(flops) if flops else None  # every rank's, as torch's FlopCounterMode counts
+        out["achieved_flops_per_s"] = (out["flops_per_step"] / out["step_time_s"]["p50"]
+                                       if flops and out["step_time_s"] else None)
         drops = find_drops(rank0, "samples_per_s" if out["samples_per_s"] else "step_time_s", min_history=3)
         out["first_slow_step"] = drops[0]["start_step"] if drops else None
         return out
@@ -115,7 +120,7 @@ def hal_run(options: AcceptOptions, target: Target, label: str, host_ops: Sequen
     cmd += [options.script, *options.script_args]
     env_set = dict(options.env)
     env_set.update(target.env())
-    env_set.update({"HAL_METRICS_MAX_STEPS": str(options.steps), "HAL_METRICS_GRAD_NORM": "1"})
+    env_set.update({"HAL_METRICS_MAX_STEPS": str(options.steps), "HAL_METRICS_GRAD_NORM": "1", "HAL_METRICS_FLOPS": "1"})
     if host_ops:
         env_set["HAL_FALLBACK_HOST"] = ",".join(host_ops)
     env_set.update(env_extra or {})

@@ -19,7 +19,9 @@ on each rank:
   integer tensor with two dimensions or more);
 - the step time is the wall time between steps; the clock starts at the first batch or backward;
 - a ``DistributedDataParallel`` model built after this starts is watched for communication time;
-- with ``max_steps`` (``HAL_METRICS_MAX_STEPS``) the script ends cleanly after that many steps.
+- with ``max_steps`` (``HAL_METRICS_MAX_STEPS``) the script ends cleanly after that many steps;
+- with ``flops`` (``HAL_METRICS_FLOPS=1``) the second step's floating-point operations, as torch's
+  ``FlopCounterMode`` counts them (matrix products, convolutions, attention), are its ``flops``.
 
 Records go to ``<folder>/<run>.jsonl`` (``<run>.rank<N>.jsonl`` for several ranks).
 """
@@ -42,6 +44,8 @@ ENV_RUN = "HAL_METRICS_RUN"
 ENV_GRAD_NORM = "HAL_METRICS_GRAD_NORM"
 #: N: end the script cleanly (exit code 0) after its N-th optimizer step, on every rank alike
 ENV_MAX_STEPS = "HAL_METRICS_MAX_STEPS"
+#: 1: count the floating-point operations of the second step (torch's FlopCounterMode) into its ``flops``
+ENV_FLOPS = "HAL_METRICS_FLOPS"
 
 
 class StepLimitReached(SystemExit):
@@ -136,8 +140,11 @@ def _grad_norm(optimizer) -> Optional[float]:
 class AttachedMetrics:
     """Per-step metrics of an unmodified script: :meth:`install` before it runs, :meth:`close` after."""
 
-    def __init__(self, folder, run: str = "run", *, grad_norm: bool = False, max_steps: Optional[int] = None):
+    def __init__(self, folder, run: str = "run", *, grad_norm: bool = False, max_steps: Optional[int] = None,
+                 flops: bool = False):
         self.folder, self.run, self.want_grad_norm, self.max_steps = folder, run, grad_norm, max_steps
+        self.want_flops = flops
+        self._counter = None
         self.logger: Optional[MetricsLogger] = None
         self.optimizer = None
         self.step = 0
@@ -190,6 +197,10 @@ class AttachedMetrics:
             scalars["loss"] = float(torch.stack([t.float().cpu() for t in self.losses]).mean())
         if self.grad_norm is not None:
             scalars["grad_norm"] = self.grad_norm
+        if self._counter is not None:  # the step counted: its forward, backward and optimizer step
+            self._counter.__exit__(None, None, None)
+            scalars["flops"] = float(self._counter.get_total_flops())
+            self._counter = None
         lr = optimizer.param_groups[0].get("lr") if optimizer.param_groups else None
         if lr is not None:
             scalars["lr"] = float(lr)
@@ -197,6 +208,11 @@ class AttachedMetrics:
         self.losses, self.samples, self.tokens, self.grad_norm = [], None, None, None
         if self.max_steps is not None and self.step >= self.max_steps:
             raise StepLimitReached(self.step)
+        if self.want_flops and self.step == 1:  # the second step, past the first one's warm-up
+            from torch.utils.flop_counter import FlopCounterMode
+
+            self._counter = FlopCounterMode(display=False)
+            self._counter.__enter__()
 
     # -- installing ---------------------------------------------------------------------
     def _patch(self, owner, name, value) -> None:
@@ -254,6 +270,9 @@ class AttachedMetrics:
 
     def close(self) -> None:
         """Remove the hooks and close the logger (its files are complete)."""
+        if self._counter is not None:  # the script ended inside the counted step
+            self._counter.__exit__(None, None, None)
+            self._counter = None
         for h in self._handles:
             h.remove()
         self._handles.clear()
@@ -275,5 +294,6 @@ def attach_from_env() -> Optional[AttachedMetrics]:
     limit = os.environ.get(ENV_MAX_STEPS, "").strip()
     if limit and not (limit.isdigit() and int(limit) > 0):
         raise HalError(f"{ENV_MAX_STEPS}={limit!r}: give a whole number of optimizer steps above 0, or unset it")
+    flops = os.environ.get(ENV_FLOPS, "").strip() not in ("", "0")
     return AttachedMetrics(folder, os.environ.get(ENV_RUN, "").strip() or "run", grad_norm=grad_norm,
-                           max_steps=int(limit) if limit else None).install()
+                           max_steps=int(limit) if limit else None, flops=flops).install()

@@ -109,6 +109,11 @@ def test_the_report_follows_its_schema_and_names_its_evidence(wrong_gelu):
     tp = sections["throughput"]["targets"]["emu"]
     assert tp["unit"] == "samples/s" and tp["throughput"]["samples_per_s"]["p50"] > 0
     assert tp["within_gate"] == (tp["ratio"] >= tp["gate"] == 0.05)
+    # Linear(16, 32) and Linear(32, 1) at batch 32: forward, the weight gradients of both, the input gradient of
+    # the second (torch's FlopCounterMode), per step; the FLOP/s at the p50 step time
+    assert tp["throughput"]["flops_per_step"] == 2 * 2 * 32 * (16 * 32 + 32 * 1) + 2 * 32 * 32 * 1
+    assert tp["achieved_flops_per_s"] == pytest.approx(tp["throughput"]["flops_per_step"] /
+                                                       tp["throughput"]["step_time_s"]["p50"])
     if NO_TRANSFORMERS:
         assert sections["inference"]["verdict"] == "not_checked"
         pytest.skip(f"inference not checked: {NO_TRANSFORMERS}")

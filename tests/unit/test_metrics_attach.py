@@ -84,3 +84,15 @@ def test_max_steps_ends_the_script_cleanly_after_that_step(tmp_path):
         attached.close()
     assert isinstance(stop.value, StepLimitReached) and stop.value.code == 0  # hal run: exit code 0
     assert [r["step"] for r in _records(tmp_path / "short.jsonl")] == [1, 2]
+
+
+def test_the_second_steps_flops_are_counted_as_torch_counts_them(tmp_path):
+    attached = AttachedMetrics(tmp_path, "flops", flops=True).install()
+    try:
+        _train(steps=3, batch=4)
+    finally:
+        attached.close()
+    recs = _records(tmp_path / "flops.jsonl")
+    # Linear(6, 8) and Linear(8, 1) at batch 4: forward 2*4*(6*8 + 8*1); backward the weight gradients of
+    # both (the same) and the input gradient of the second (2*4*8*1); the first step is not counted
+    assert [r["scalars"].get("flops") for r in recs] == [None, 2 * 2 * 4 * (6 * 8 + 8 * 1) + 2 * 4 * 8 * 1, None]
