@@ -5,16 +5,13 @@ from __future__ import annotations
 
 import datetime
 import json
-import os
 import platform
-import subprocess
-import sys
 from pathlib import Path
 from typing import Callable, Dict, List, Optional
 
 from hal_accept.numerics import bisect_ops, compare
 from hal_accept.options import AcceptOptions, Target
-from hal_accept.runs import Run, hal_run
+from hal_accept.runs import Run, call_hal, hal_run
 
 SCHEMA = "hal.accept/1"
 #: verdicts, worst last
@@ -141,13 +138,11 @@ def environment(options: AcceptOptions, backends: List[Target]) -> dict:
 
     doctor = {}
     for t in backends:
-        env = dict(os.environ, **t.env())
-        p = subprocess.run([sys.executable, "-m", "hal", "doctor", "--check", "backends", "--check", "versions",
-                            "--json"], env=env, capture_output=True, text=True, timeout=300)
+        c = call_hal(options, t, ["doctor", "--check", "backends", "--check", "versions", "--json"])
         try:
-            doctor[t.name] = json.loads(p.stdout)
+            doctor[t.name] = json.loads(c.stdout)
         except ValueError:
-            doctor[t.name] = {"error": (p.stderr or p.stdout).strip()[-500:]}
+            doctor[t.name] = {"error": (c.output_tail or c.stdout).strip()[-500:]}
     from hal import __version__ as hal_version
 
     return _section(INFO, f"torch {torch.__version__}, Python {platform.python_version()}, hal {hal_version}",

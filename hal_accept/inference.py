@@ -4,13 +4,11 @@ of the target's generated tokens are the reference's."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Callable, Optional
 
 from hal_accept.options import AcceptOptions, Target
+from hal_accept.runs import call_hal
 
 WORKER = Path(__file__).with_name("inference_worker.py")
 
@@ -22,19 +20,12 @@ def run_inference(options: AcceptOptions, target: Target, label: str) -> dict:
     out = folder / "inference.json"
     if out.exists():
         out.unlink()
-    cmd = [sys.executable, "-m", "hal", "run", "--quiet", str(WORKER), "--model", str(options.model),
-           "--batches", ",".join(map(str, options.batches)), "--new-tokens", str(options.new_tokens),
-           "--out", str(out)]
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("HAL_BACKEND", "HAL_EMU_OPS", "HAL_METRICS"))}
-    env.update(dict(options.env), **target.env())
-    try:
-        p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=options.timeout_s)
-        code, tail = p.returncode, (p.stderr or "")[-2000:]
-    except subprocess.TimeoutExpired:
-        code, tail = 124, f"stopped after {options.timeout_s:.0f} s"
-    result = json.loads(out.read_text()) if code == 0 and out.exists() else None
-    return {"command": " ".join(cmd), "env": target.env(), "exit_code": code, "result": result,
-            "output_tail": "" if result else tail}
+    c = call_hal(options, target, ["run", "--quiet", str(WORKER), "--model", str(options.model), "--batches",
+                                   ",".join(map(str, options.batches)), "--new-tokens", str(options.new_tokens),
+                                   "--out", str(out)])
+    result = json.loads(out.read_text()) if c.exit_code == 0 and out.exists() else None
+    return {"command": " ".join(c.command), "env": c.env, "exit_code": c.exit_code, "result": result,
+            "output_tail": "" if result else c.output_tail}
 
 
 def _agreement(ref_rows, rows) -> Optional[float]:

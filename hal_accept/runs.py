@@ -8,7 +8,7 @@ import statistics
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
@@ -103,8 +103,41 @@ def _read_records(folder: Path) -> List[List[dict]]:
     return out
 
 
-def hal_run(options: AcceptOptions, target: Target, label: str, host_ops: Sequence[str] = (),
-            env_extra: Optional[Dict[str, str]] = None) -> Run:
+#: what hal accept sets for each run itself: a value of these left in the caller's environment is not passed on
+_OWN_ENV = ("HAL_BACKEND", "HAL_EMU_OPS", "HAL_METRICS", "HAL_FALLBACK_HOST")
+
+
+@dataclass
+class Called:
+    """One ``python -m hal ...`` process hal accept ran: its command, the environment it set, the outcome."""
+
+    command: List[str]
+    env: Dict[str, str]
+    exit_code: int
+    stdout: str
+    output_tail: str
+    wall_s: float
+
+
+def call_hal(options: AcceptOptions, target: Target, args: Sequence[str],
+             env_set: Optional[Dict[str, str]] = None) -> Called:
+    """``python -m hal ARGS`` on ``target``: the caller's environment without hal accept's own variables, then
+    ``options.env``, the target's and ``env_set``; stopped after ``options.timeout_s`` (exit code 124)."""
+    env_set = {**dict(options.env), **target.env(), **(env_set or {})}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(_OWN_ENV)}
+    env.update(env_set)
+    cmd = [sys.executable, "-m", "hal", *args]
+    start = time.monotonic()
+    try:
+        p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=options.timeout_s)
+        code, out, tail = p.returncode, p.stdout or "", (p.stderr or "")[-3000:]
+    except subprocess.TimeoutExpired as exc:
+        err = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else (exc.stderr or "")
+        code, out, tail = 124, "", f"stopped after {options.timeout_s:.0f} s (timeout_s); " + err[-2000:]
+    return Called(cmd, env_set, code, out, tail, time.monotonic() - start)
+
+
+def hal_run(options: AcceptOptions, target: Target, label: str, host_ops: Sequence[str] = ()) -> Run:
     """``hal run`` of the script on ``target`` (its files under ``workdir/label``), ended after
     ``options.steps`` optimizer steps; ``host_ops`` run on the host (``HAL_FALLBACK_HOST``)."""
     folder = Path(options.workdir) / label
@@ -114,25 +147,12 @@ def hal_run(options: AcceptOptions, target: Target, label: str, host_ops: Sequen
     report = folder / "report.json"
     if report.exists():
         report.unlink()
-    cmd = [sys.executable, "-m", "hal", "run", "--quiet", "--report", str(report), "--metrics", str(folder)]
+    args = ["run", "--quiet", "--report", str(report), "--metrics", str(folder)]
     if options.nproc_per_node:
-        cmd += ["--nproc-per-node", str(options.nproc_per_node)]
-    cmd += [options.script, *options.script_args]
-    env_set = dict(options.env)
-    env_set.update(target.env())
-    env_set.update({"HAL_METRICS_MAX_STEPS": str(options.steps), "HAL_METRICS_GRAD_NORM": "1", "HAL_METRICS_FLOPS": "1"})
+        args += ["--nproc-per-node", str(options.nproc_per_node)]
+    env_set = {"HAL_METRICS_MAX_STEPS": str(options.steps), "HAL_METRICS_GRAD_NORM": "1", "HAL_METRICS_FLOPS": "1"}
     if host_ops:
         env_set["HAL_FALLBACK_HOST"] = ",".join(host_ops)
-    env_set.update(env_extra or {})
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("HAL_BACKEND", "HAL_EMU_OPS", "HAL_METRICS",
-                                                                    "HAL_FALLBACK_HOST"))}
-    env.update(env_set)
-    start = time.monotonic()
-    try:
-        p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=options.timeout_s)
-        code, tail = p.returncode, (p.stderr or "")[-3000:]
-    except subprocess.TimeoutExpired as exc:
-        code, tail = 124, f"stopped after {options.timeout_s:.0f} s (timeout_s); " + str(exc.stderr or "")[-2000:]
-    wall = time.monotonic() - start
+    c = call_hal(options, target, [*args, options.script, *options.script_args], env_set)
     rep = json.loads(report.read_text(encoding="utf-8")) if report.exists() else None
-    return Run(target, label, cmd, env_set, code, wall, rep, _read_records(folder), tail)
+    return Run(target, label, c.command, c.env, c.exit_code, c.wall_s, rep, _read_records(folder), c.output_tail)
