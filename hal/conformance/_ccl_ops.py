@@ -69,7 +69,7 @@ def reference_group(ranks=None, **kwargs):
     asks the new group's backend for that device (``_get_backend(device_id)``), which a gloo
     group without that device type lacks; the binding is lifted while gloo's group is made.
     """
-    default = dist.distributed_c10d._get_default_group()
+    default = dist.group.WORLD
     bound = default.bound_device_id
     default.bound_device_id = None
     try:

@@ -105,6 +105,6 @@ def restore_device_binding(device_id) -> None:
     """
     if device_id is None or not dist.is_initialized():
         return
-    pg = dist.distributed_c10d._get_default_group()
+    pg = dist.group.WORLD  # the default process group (public since torch 1.x)
     if getattr(pg, "bound_device_id", None) is None:
         pg.bound_device_id = device_id

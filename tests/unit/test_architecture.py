@@ -234,6 +234,12 @@ PRIVATE_TORCH_NAMES = {
     "torch._has_compatible_shallow_copy_type": "whether Module.to can keep Parameter objects across devices",
     "torch._tensor_classes": "the legacy tensor types (torch.FloatTensor ...) whose pickler the emulator replaces",
     "torch.distributed._functional_collectives": "the functional collectives DTensor and torch.compile use",
+    "torch.distributed._coalescing_manager": "the coalesced collectives DDP issues, which the CCL check replays",
+    "torch.distributed.distributed_c10d._world": "the process groups torch knows (the CCL check names its own)",
+    "torch.distributed.distributed_c10d._get_default_store": "the job's store, for straggler and group facts",
+    "torch.distributed.group.WORLD._get_backend": "the backend object behind a group (a Python CCL's own state)",
+    "torch.distributed.ProcessGroupGloo._Options": "a private 2-rank gloo group of its own (loopback device, "
+                                                   "_timeout, _reduce_scatter_base) to test whether gloo averages",
     "torch.distributed.distributed_c10d._resolve_process_group": "a group given by name, as funcol gives it",
     "torch.jit._builtins._get_builtin_table": "torch functions by builtin name: those with a device argument",
     "torch.ops.aten._fused_rmsnorm_forward": "the fused rms_norm kernel torch_musa registers (the MUSA plugin)",
@@ -246,7 +252,9 @@ PRIVATE_TORCH_NAMES = {
 
 def _private_torch_names():
     """``{dotted name: [file:line, ...]}``: every private torch name in hal/ and backends/, read with ``ast``
-    (attribute chains, imports, ``getattr(torch..., "_x")``); a name is cut after its last private part."""
+    (attribute chains, imports, ``getattr(torch..., "_x")``), through a file's aliases of torch's names
+    (``import torch.distributed as dist``, ``from torch.distributed import X``, ``gloo = getattr(dist, "X")``);
+    a name is cut after its last private part."""
     def chain(node):
         parts = []
         while isinstance(node, ast.Attribute):
@@ -254,7 +262,33 @@ def _private_torch_names():
             node = node.value
         return parts[::-1] and ([node.id] + parts[::-1]) if isinstance(node, ast.Name) else None
 
+    def getattr_parts(node):
+        """``getattr(<chain>, "name"[, default])`` -> the chain and the name, else None."""
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("getattr", "hasattr")
+                and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant)
+                and isinstance(node.args[1].value, str)):
+            base = chain(node.args[0]) if isinstance(node.args[0], ast.Attribute) else (
+                [node.args[0].id] if isinstance(node.args[0], ast.Name) else None)
+            return base + [node.args[1].value] if base else None
+        return None
+
+    def aliases_of(tree):
+        out = {}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                out.update({a.asname: a.name.split(".") for a in node.names if a.asname})
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                out.update({a.asname or a.name: node.module.split(".") + [a.name] for a in node.names})
+            elif isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+                value = getattr_parts(node.value) or (chain(node.value) if isinstance(node.value, ast.Attribute) else None)
+                if value:
+                    out[node.targets[0].id] = value
+        return out
+
     def name(parts):
+        for _ in range(3):  # an alias of an alias (dist -> torch.distributed, gloo -> dist.ProcessGroupGloo)
+            if parts and parts[0] in aliases and aliases[parts[0]][0] != parts[0]:
+                parts = aliases[parts[0]] + parts[1:]
         if not parts or parts[0] != "torch" or (parts[1:2] == ["ops"] and parts[2:3] != ["aten"]):
             return None  # torch.ops.<library>: another package's operators (vllm's _C), not torch's
         private = [i for i, p in enumerate(parts) if p.startswith("_") and not p.startswith("_hal")
@@ -265,6 +299,7 @@ def _private_torch_names():
     for top in ("hal", "backends"):
         for path in sorted((ROOT / top).rglob("*.py")):
             tree = ast.parse(path.read_text(encoding="utf-8"))
+            aliases = aliases_of(tree)
             inner = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
             for node in ast.walk(tree):
                 hits = []
@@ -274,12 +309,8 @@ def _private_torch_names():
                     hits = [node.module.split(".") + [a.name] for a in node.names]
                 elif isinstance(node, ast.Attribute) and id(node) not in inner:
                     hits = [chain(node)]
-                elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
-                      and node.func.id in ("getattr", "hasattr") and len(node.args) >= 2
-                      and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str)):
-                    base = chain(node.args[0]) if isinstance(node.args[0], ast.Attribute) else (
-                        [node.args[0].id] if isinstance(node.args[0], ast.Name) else None)
-                    hits = [base + [node.args[1].value]] if base else []
+                elif getattr_parts(node):
+                    hits = [getattr_parts(node)]
                 for parts in hits:
                     n = name(parts)
                     if n:
