@@ -179,6 +179,7 @@ class AttachedMetrics:
             return
         if self._scaled is not None and self._scaled[0] is t:
             t = self._scaled[1]
+            self._scaled = None  # not kept past its backward (nor its graph with it)
         self.losses.append(t.detach().reshape(()))
 
     def before_step(self, optimizer) -> None:
