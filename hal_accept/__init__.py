@@ -7,7 +7,8 @@ against one or more targets.
     report = accept(AcceptOptions("train.py", targets=(Target("emu", "musa-2.7"),), steps=10))
     report["verdict"], report["sections"]["numerics"]
 
-It sits above ``op_coverage`` (its static scan, op trace and scan) and ``hal`` (``hal run``,
+It sits above ``op_coverage`` (its static scan, op trace and scan; for an ONNX export its scan, rewrite and
+quantize steps) and ``hal`` (``hal run``,
 ``hal.metrics`` attached from outside, ``hal.fallback``'s host route); ``hal``'s command line finds it
 through the ``hal.commands`` entry point.  docs/accept.md.
 """

@@ -45,9 +45,30 @@ def code_changes(options: AcceptOptions, runs: Dict[str, Run]) -> dict:
                     evidence=[f"op_coverage scan {options.script} --static --json"])
 
 
-def operators(options: AcceptOptions, trace: Optional[dict], runs: Dict[str, Run]) -> dict:
+def _worst(*verdicts: str) -> str:
+    order = (PASS, INFO, NOT_CHECKED, FAIL)
+    return max(verdicts, key=order.index)
+
+
+def operators(options: AcceptOptions, trace: Optional[dict], runs: Dict[str, Run],
+              progress: Callable[[str], None] = lambda s: None) -> dict:
     """The aten ops the script sent to the device, judged per target (native / host fallback / unsupported
-    with the planned replacement), and what each target run fell back on."""
+    with the planned replacement), and what each target run fell back on; with ``--onnx``, per target (``onnx``)
+    the export's scan for the target's ONNX target and the rewrite of what it lacks (:mod:`hal_accept.onnx_model`)."""
+    section = _aten_operators(options, trace, runs)
+    if options.onnx:
+        from hal_accept.onnx_model import onnx_operators
+
+        part = onnx_operators(options, progress)
+        for t in options.targets:
+            section["targets"].setdefault(t.name, {"profile": t.profile})["onnx"] = part["targets"][t.name]
+        section.update(verdict=_worst(section["verdict"], part["verdict"]),
+                       summary=f"{section['summary']}; {part['summary']}",
+                       evidence=[*section.get("evidence", []), *part["evidence"]])
+    return section
+
+
+def _aten_operators(options: AcceptOptions, trace: Optional[dict], runs: Dict[str, Run]) -> dict:
     if trace is None:
         return _section(NOT_CHECKED, "no op trace (op_coverage trace failed; see its error)", targets={})
     from op_coverage.torch.scan import scan_trace
@@ -126,10 +147,63 @@ def throughput(options: AcceptOptions, runs: Dict[str, Run]) -> dict:
             verdict = FAIL
         per_target[t.name] = {"throughput": tp, "ratio": ratio, "unit": unit, "gate": options.min_throughput_ratio,
                               "within_gate": ok,
-                              "achieved_flops_per_s": (tp or {}).get("achieved_flops_per_s"),
-                              "mfu": None, "mfu_why": f"no peak FLOPs fact for the {t.backend} backend"}
-    return _section(verdict, f"p50 {unit} against the reference, gate >= {options.min_throughput_ratio}",
-                    reference=ref, targets=per_target)
+                              "achieved_flops_per_s": (tp or {}).get("achieved_flops_per_s"), **mfu(t.backend, tp)}
+    ref_mfu = mfu(options.reference.backend, ref)
+    known = [f"{name} {m['mfu']:.1%}" for name, m in [("reference", ref_mfu), *per_target.items()]
+             if m["mfu"] is not None]
+    return _section(verdict, f"p50 {unit} against the reference, gate >= {options.min_throughput_ratio}"
+                             + (f"; MFU {', '.join(known)}" if known else ""),
+                    reference=ref, reference_mfu=ref_mfu, targets=per_target)
+
+
+def mfu(backend: str, tp: Optional[dict]) -> dict:
+    """Model FLOPs utilisation of one run (``tp``: :meth:`Run.throughput`, None for a failed run): its achieved
+    FLOP/s over the dense peak of the devices it used, for the dtype its matrix products ran in, from the
+    ``backend``'s facts (:func:`hal.plugin.facts.builtin_peak_flops`).  ``mfu`` is None where a fact is
+    missing, and ``mfu_why`` says which."""
+    from hal.plugin.facts import builtin_peak_flops
+
+    tp = tp or {}
+    peak = builtin_peak_flops(backend, tp.get("device_name"), tp.get("compute_dtype"))
+    achieved, devices = tp.get("achieved_flops_per_s"), tp.get("devices") or 1
+    out = {"mfu": None, "mfu_why": None, "peak_flops": peak.flops, "peak_device": peak.device,
+           "peak_source": peak.source, "compute_dtype": peak.dtype, "device_name": peak.device_name,
+           "devices": devices if tp else None}
+    if not tp:
+        out["mfu_why"] = "the run did not finish: nothing was measured"
+    elif achieved is None:
+        out["mfu_why"] = ("no floating-point operations were counted (HAL_METRICS_FLOPS=1 counts the second "
+                          "optimizer step; the run made fewer, or its step time is unknown)")
+    elif peak.flops is None:
+        out["mfu_why"] = peak.why
+    else:
+        out["mfu"] = achieved / (peak.flops * devices)
+    return out
+
+
+def inference(generation: Optional[dict], int8: Optional[dict]) -> dict:
+    """Section 6: greedy generation on the reference and the targets (``--model``: :mod:`hal_accept.inference`)
+    and the INT8 model of the ONNX export (``--onnx``: :mod:`hal_accept.onnx_model`), each where given.  A failed
+    part fails the section; INT8 without a gate is ``info`` and leaves generation's verdict as it is."""
+    if generation is None and int8 is None:
+        return _section(NOT_CHECKED, "no --model given (a Hugging Face causal-LM folder or config), no --onnx")
+    int8 = dict(int8) if int8 is not None else None
+    int8_extra = {"evidence": int8.pop("evidence"), "not_checked": int8.pop("not_checked")} if int8 else {}
+    if generation is None:
+        return _section(int8["verdict"], f"{int8['summary']}; generation not checked (no --model)", int8=int8,
+                        evidence=int8_extra["evidence"],
+                        not_checked=["generation (TTFT, TPOT, tokens/s, token agreement): no --model given",
+                                     *int8_extra["not_checked"]])
+    section = dict(generation)
+    if int8 is None:
+        section["not_checked"] = [*section.get("not_checked", []),
+                                  "INT8: no --onnx given (an ONNX export of the model)"]
+        return section
+    section.update(verdict=FAIL if int8["verdict"] == FAIL else section["verdict"],
+                   summary=f"{section['summary']}; {int8['summary']}", int8=int8,
+                   evidence=[*section.get("evidence", []), *int8_extra["evidence"]],
+                   not_checked=[*section.get("not_checked", []), *int8_extra["not_checked"]])
+    return section
 
 
 def environment(options: AcceptOptions, backends: List[Target]) -> dict:
@@ -148,9 +222,9 @@ def environment(options: AcceptOptions, backends: List[Target]) -> dict:
     return _section(INFO, f"torch {torch.__version__}, Python {platform.python_version()}, hal {hal_version}",
                     torch=torch.__version__, python=platform.python_version(), hal=hal_version,
                     platform=platform.platform(), doctor=doctor,
-                    not_checked=["stability (kill, elastic resume, the reference's checkpoint on the target): "
-                                 "not part of this release of hal accept",
-                                 "MFU: the achieved FLOP/s are measured, no backend has peak FLOPs facts yet"],
+                    not_checked=["MFU of a device without a peak FLOPs fact (its backend's backend.json peak_flops) "
+                                 "or a dtype without its figure: the achieved FLOP/s are measured, and the "
+                                 "throughput section names the missing fact (mfu_why)"],
                     evidence=[f"HAL_BACKEND={t.backend} hal doctor --check backends --check versions --json"
                               for t in backends])
 
@@ -176,7 +250,7 @@ def accept(options: AcceptOptions, progress: Callable[[str], None] = lambda s: N
     except Exception as exc:  # noqa: BLE001 - the report says why the section is empty
         trace_error = f"{type(exc).__name__}: {exc}"
     failed = {name: r for name, r in runs.items() if not r.ok}
-    sections = {"code_changes": code_changes(options, runs), "operators": operators(options, trace, runs)}
+    sections = {"code_changes": code_changes(options, runs), "operators": operators(options, trace, runs, progress)}
     if trace_error:
         sections["operators"]["error"] = trace_error
     if not failed:
@@ -186,13 +260,24 @@ def accept(options: AcceptOptions, progress: Callable[[str], None] = lambda s: N
         why = "; ".join(f"{n} exited {r.exit_code}" for n, r in failed.items())
         sections["numerics"] = _section(NOT_CHECKED, f"a run failed ({why})")
         sections["throughput"] = _section(NOT_CHECKED, f"a run failed ({why})")
-    sections["stability"] = _section(NOT_CHECKED, "not part of this release of hal accept")
+    if not options.stability:
+        sections["stability"] = _section(NOT_CHECKED, "--no-stability: no failure rehearsed")
+    elif failed:
+        sections["stability"] = _section(NOT_CHECKED, "a run failed; a failure is rehearsed on runs that finish")
+    else:
+        from hal_accept.stability import stability_section
+
+        sections["stability"] = stability_section(options, runs, progress)
+    generation = int8 = None
     if options.model:
         from hal_accept.inference import inference_section
 
-        sections["inference"] = inference_section(options, progress)
-    else:
-        sections["inference"] = _section(NOT_CHECKED, "no --model given (a Hugging Face causal-LM folder or config)")
+        generation = inference_section(options, progress)
+    if options.onnx:
+        from hal_accept.onnx_model import int8_section
+
+        int8 = int8_section(options, progress)
+    sections["inference"] = inference(generation, int8)
     progress("environment: hal doctor per backend")
     sections["environment"] = environment(options, [options.reference, *options.targets])
     gates = [
@@ -203,10 +288,21 @@ def accept(options: AcceptOptions, progress: Callable[[str], None] = lambda s: N
         {"gate": "throughput", "holds": sections["throughput"]["verdict"] == PASS,
          "detail": f"p50 ratio >= {options.min_throughput_ratio}"},
     ]
-    if options.model:
-        gates.append({"gate": "inference", "holds": sections["inference"]["verdict"] == PASS,
+    if sections["stability"]["verdict"] != NOT_CHECKED:
+        gates.append({"gate": "stability", "holds": sections["stability"]["verdict"] == PASS,
+                      "detail": "a killed run resumes from its checkpoint and repeats the uninterrupted losses "
+                                "(bitwise where the reference does); the reference's checkpoint resumes on each "
+                                "target within the loss tolerance"})
+    if generation is not None:
+        gates.append({"gate": "inference", "holds": generation["verdict"] == PASS,
                       "detail": f"tokens/s >= {options.min_throughput_ratio} x the reference's at every batch size, "
                                 f"token disagreement <= {options.max_token_disagreement}"})
+    if int8 is not None and int8["gates"]["holds"] is not None:
+        limits = [f"{what} {v}" for what, v in (("max abs error <=", options.int8_max_error),
+                                                 ("cosine >=", options.int8_min_cosine)) if v is not None]
+        gates.append({"gate": "int8", "holds": int8["gates"]["holds"],
+                      "detail": f"each ONNX target's INT8 model of the export made, every output's "
+                                f"{' and '.join(limits)}"})
     exit_code = 3 if failed else (0 if all(g["holds"] for g in gates) else 1)
     return {"schema": SCHEMA, "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "script": options.script, "script_args": list(options.script_args),

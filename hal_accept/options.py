@@ -78,6 +78,9 @@ class AcceptOptions:
     loss_atol: float = 1e-6
     #: when the losses differ: find the operator by routing halves of the op set to the host
     bisect: bool = True
+    #: rehearse a failure (rank 0 killed, torchrun's restart, resume from a checkpoint taken from outside)
+    #: on every backend, and resume the reference's checkpoint on each target
+    stability: bool = True
     #: the runs' files (reports, metrics, traces); kept
     workdir: Path = field(default_factory=lambda: Path("accept-runs"))
     #: a run that has not ended after this long is stopped and counted as failed
@@ -91,6 +94,13 @@ class AcceptOptions:
     new_tokens: int = 16
     #: gate: the share of the target's generated tokens that may differ from the reference's
     max_token_disagreement: float = 0.05
+    #: an ONNX export of the model: op_coverage's scan and rewrite for each target's ONNX profile (section 2) and
+    #: INT8 through op_coverage quantize's steps (section 6); None: no ONNX part
+    onnx: Optional[str] = None
+    #: gates on the INT8 model's outputs against the float model's, as op_coverage quantize's --max-error and
+    #: --min-cosine: None (the default, as there) reports the accuracy without judging it
+    int8_max_error: Optional[float] = None
+    int8_min_cosine: Optional[float] = None
 
     def check(self) -> "AcceptOptions":
         """Raise :class:`AcceptUsageError` on a bad field; return ``self``."""
@@ -121,4 +131,31 @@ class AcceptOptions:
                                    f"others TPOT's)")
         if not 0 <= self.max_token_disagreement <= 1:
             raise AcceptUsageError(f"max_token_disagreement={self.max_token_disagreement}: give a share in [0, 1]")
+        if self.onnx is not None:
+            self._check_onnx()
+        elif self.int8_max_error is not None or self.int8_min_cosine is not None:
+            raise AcceptUsageError("int8_max_error / int8_min_cosine: the INT8 gates judge the INT8 model of an ONNX "
+                                   "export; give the export too (--onnx model.onnx)")
+        if self.int8_max_error is not None and not self.int8_max_error >= 0:
+            raise AcceptUsageError(f"int8_max_error={self.int8_max_error}: an absolute error is never negative, so "
+                                   f"no model could pass; give 0 or more (--int8-max-error 0.05)")
+        if self.int8_min_cosine is not None and not -1 <= self.int8_min_cosine <= 1:
+            raise AcceptUsageError(f"int8_min_cosine={self.int8_min_cosine}: a cosine similarity lies in [-1, 1]; "
+                                   f"give e.g. 0.999 (--int8-min-cosine 0.999)")
         return self
+
+    def _check_onnx(self) -> None:
+        """The export exists and is an ONNX model (its structure read as op_coverage scan reads it, weights
+        not), so that a wrong path is told before the training runs, not after them."""
+        from op_coverage.errors import ScanError
+        from op_coverage.onnx.load import load_for_scan
+
+        if not os.path.isfile(self.onnx):
+            raise AcceptUsageError(f"onnx {self.onnx!r}: no such file; give the ONNX export of the model "
+                                   f"(--onnx model.onnx, written by torch.onnx.export or onnx.save)")
+        try:
+            load_for_scan(Path(self.onnx))
+        except ScanError as exc:  # its message begins with the path, which ours names already
+            why = str(exc)
+            why = why[len(self.onnx) + 2:] if why.startswith(f"{self.onnx}: ") else why
+            raise AcceptUsageError(f"onnx {self.onnx!r}: {why}") from None

@@ -56,7 +56,9 @@ class Run:
     def throughput(self) -> dict:
         """samples/s, tokens/s and steps/s over the steps after the first (warm-up): p50, p99 (the job's:
         ranks summed), peak memory, the exposed communication share, the step a slow stretch began, the
-        floating-point operations of a step (the second's) and the FLOP/s they make at the p50 step time."""
+        floating-point operations of a step (the second's) and the FLOP/s they make at the p50 step time, the
+        devices' name and number (one per host and device the ranks' records name) and the dtype the counted
+        step's matrix products ran in."""
         from hal.metrics import find_drops
 
         rank0 = self.records[0] if self.records else []
@@ -81,6 +83,12 @@ class Run:
         out["flops_per_step"] = sum(flops) if flops else None  # every rank's, as torch's FlopCounterMode counts
         out["achieved_flops_per_s"] = (out["flops_per_step"] / out["step_time_s"]["p50"]
                                        if flops and out["step_time_s"] else None)
+        # what names the devices' peak (MFU): their name, how many, the dtype the counted step's products ran in
+        firsts = [rank[0] for rank in self.records if rank]
+        out["device_name"] = next((r["device_name"] for r in firsts if r.get("device_name")), None)
+        out["devices"] = len({(r.get("host"), r.get("device")) for r in firsts}) or None
+        out["compute_dtype"] = next((r["compute_dtype"] for rank in self.records for r in rank
+                                     if r.get("compute_dtype")), None)
         drops = find_drops(rank0, "samples_per_s" if out["samples_per_s"] else "step_time_s", min_history=3)
         out["first_slow_step"] = drops[0]["start_step"] if drops else None
         return out
@@ -94,17 +102,19 @@ class Run:
                 "output_tail": self.output_tail if not self.ok else ""}
 
 
-def _read_records(folder: Path) -> List[List[dict]]:
+def read_records(folder: Path, by_step: bool = True) -> List[List[dict]]:
+    """Each rank's metric records under ``folder`` (rank 0 first), in step order, or as written (a resumed
+    run's repeated steps after the first attempt's)."""
     files = sorted(folder.glob("run*.jsonl"), key=lambda p: (len(p.name), p.name))
     out = []
     for f in files:
         rows = [json.loads(line) for line in f.read_text(encoding="utf-8").splitlines() if line.strip()]
-        out.append(sorted(rows, key=lambda r: r["step"]))
+        out.append(sorted(rows, key=lambda r: r["step"]) if by_step else rows)
     return out
 
 
 #: what hal accept sets for each run itself: a value of these left in the caller's environment is not passed on
-_OWN_ENV = ("HAL_BACKEND", "HAL_EMU_OPS", "HAL_METRICS", "HAL_FALLBACK_HOST")
+_OWN_ENV = ("HAL_BACKEND", "HAL_EMU_OPS", "HAL_METRICS", "HAL_FALLBACK_HOST", "HAL_CHECKPOINT")
 
 
 @dataclass
@@ -137,9 +147,16 @@ def call_hal(options: AcceptOptions, target: Target, args: Sequence[str],
     return Called(cmd, env_set, code, out, tail, time.monotonic() - start)
 
 
-def hal_run(options: AcceptOptions, target: Target, label: str, host_ops: Sequence[str] = ()) -> Run:
+def hal_run(options: AcceptOptions, target: Target, label: str, host_ops: Sequence[str] = (), *,
+            checkpoint: Optional[Path] = None, checkpoint_every: Optional[int] = None,
+            kill_at: Optional[int] = None) -> Run:
     """``hal run`` of the script on ``target`` (its files under ``workdir/label``), ended after
-    ``options.steps`` optimizer steps; ``host_ops`` run on the host (``HAL_FALLBACK_HOST``)."""
+    ``options.steps`` optimizer steps; ``host_ops`` run on the host (``HAL_FALLBACK_HOST``).
+
+    With ``checkpoint``: checkpointed from outside into that folder every ``checkpoint_every`` steps and
+    resumed from its newest checkpoint at the start (``hal run --checkpoint``); with ``kill_at`` too, a
+    rehearsed failure: torchrun (at least one process, one restart) restarts the group that rank 0's
+    death at the end of step ``kill_at`` stopped."""
     folder = Path(options.workdir) / label
     folder.mkdir(parents=True, exist_ok=True)
     for old in folder.glob("run*.jsonl"):
@@ -148,11 +165,21 @@ def hal_run(options: AcceptOptions, target: Target, label: str, host_ops: Sequen
     if report.exists():
         report.unlink()
     args = ["run", "--quiet", "--report", str(report), "--metrics", str(folder)]
-    if options.nproc_per_node:
-        args += ["--nproc-per-node", str(options.nproc_per_node)]
+    nproc = max(options.nproc_per_node, 1) if kill_at else options.nproc_per_node
+    if nproc:
+        args += ["--nproc-per-node", str(nproc)]
     env_set = {"HAL_METRICS_MAX_STEPS": str(options.steps), "HAL_METRICS_GRAD_NORM": "1", "HAL_METRICS_FLOPS": "1"}
     if host_ops:
         env_set["HAL_FALLBACK_HOST"] = ",".join(host_ops)
+    if checkpoint is not None:
+        args += ["--checkpoint", str(checkpoint)]
+        if checkpoint_every:
+            args += ["--checkpoint-every", str(checkpoint_every)]
+    if kill_at:
+        from hal.checkpoint import KILL_AT_ENV
+
+        args += ["--max-restarts", "1"]
+        env_set[KILL_AT_ENV] = str(kill_at)
     c = call_hal(options, target, [*args, options.script, *options.script_args], env_set)
     rep = json.loads(report.read_text(encoding="utf-8")) if report.exists() else None
-    return Run(target, label, c.command, c.env, c.exit_code, c.wall_s, rep, _read_records(folder), c.output_tail)
+    return Run(target, label, c.command, c.env, c.exit_code, c.wall_s, rep, read_records(folder), c.output_tail)

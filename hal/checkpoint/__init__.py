@@ -40,6 +40,10 @@ from pathlib import Path
 from typing import Mapping, Optional
 
 from hal.checkpoint import _dist
+from hal.checkpoint._attach import ENV_DIR as ATTACH_DIR_ENV
+from hal.checkpoint._attach import ENV_EVERY as ATTACH_EVERY_ENV
+from hal.checkpoint._attach import ENV_KILL_AT as KILL_AT_ENV
+from hal.checkpoint._attach import AttachedCheckpoint, attach_from_env
 from hal.checkpoint._checkpointer import Checkpointer, check_keep
 from hal.checkpoint._errors import CheckpointError, CheckpointWarning
 from hal.checkpoint._events import EVENTS
@@ -58,7 +62,8 @@ _elastic.install()  # restarted torchrun groups must not read the dead attempt's
 __all__ = ["save", "load", "resume", "latest", "scan", "describe", "consolidate", "Checkpointer", "Checkpoint",
            "CheckpointInfo", "ElasticSampler", "CheckpointError", "CheckpointWarning", "CheckpointWriteError",
            "is_complete", "MODES", "EVENTS", "read_events", "read_latest", "safetensors_header", "step_folder",
-           "CRASH_ENV", "CRASH_POINTS"]
+           "CRASH_ENV", "CRASH_POINTS", "AttachedCheckpoint", "attach_from_env", "ATTACH_DIR_ENV",
+           "ATTACH_EVERY_ENV", "KILL_AT_ENV"]
 
 
 def save(dir, step: int, *, model=None, optimizer=None, scheduler=None, scaler=None,

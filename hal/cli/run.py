@@ -32,6 +32,9 @@ examples:
   hal run --report run.json train.py           write the run report (schema hal.run/3)
   hal run --json train.py                      print the run report as JSON at the end
   hal run --metrics runs/a train.py            loss, grad norm, throughput per step into runs/a/run.jsonl
+  hal run --nproc-per-node 2 --max-restarts 1 --checkpoint ckpt --checkpoint-every 50 train_ddp.py
+                                               checkpointed from outside every 50 steps; a restarted
+                                               group goes on from the newest checkpoint
   HAL_RUN_QUIET=1 hal run train.py             no redirection lines (as --quiet)
   HAL_BACKEND=emu HAL_EMU_DEVICES=4 hal run train_4gpu.py
                                                a script that gates on device_count() >= 4
@@ -83,6 +86,12 @@ def add_parser(sub):
                    help="record hal.metrics per optimizer step from outside the script (loss, grad norm, lr, "
                         "samples and tokens, step time, memory, DDP communication) into DIR/run.jsonl "
                         "(run.rank<N>.jsonl per rank); docs/metrics.md")
+    p.add_argument("--checkpoint", metavar="DIR",
+                   help="checkpoint the training state from outside the script into DIR every "
+                        "--checkpoint-every optimizer steps, and resume from DIR's newest checkpoint when the "
+                        "script starts again (a torchrun restart, or by hand); docs/fault-tolerance.md")
+    p.add_argument("--checkpoint-every", type=int, metavar="N",
+                   help="with --checkpoint: save every N optimizer steps (default 100)")
     p.add_argument("--quiet", action="store_true",
                    help=f"do not print redirections as they happen (also {QUIET_ENV}=1); "
                         f"the one-line summary stays")
@@ -160,15 +169,24 @@ def _options(args) -> list:
 def _script(args, options=None) -> dict:
     """``run_script`` of ``args``, with hal.metrics attached from outside where ``--metrics`` (or
     ``HAL_METRICS_DIR``, which every process of the run inherits) asks for it."""
-    from hal.metrics import attach_from_env
+    from hal import checkpoint, metrics
     from hal.redirect import run_script
 
-    attached = attach_from_env()
+    saver = checkpoint.attach_from_env()  # first: its step hook loads a checkpoint before metrics record the step
+    try:
+        attached = metrics.attach_from_env()
+    except BaseException:
+        if saver is not None:
+            saver.close()
+        raise
+    if saver is not None and attached is not None:
+        saver.on_resume.append(attached.resumed)
     try:
         return run_script(args.script, args.args, options, module=args.module)
     finally:
-        if attached is not None:
-            attached.close()
+        for part in (attached, saver):
+            if part is not None:
+                part.close()
 
 
 def _run_child(args) -> int:
@@ -220,10 +238,23 @@ def run(args) -> int:
         print("hal run: error: --max-restarts restarts a torchrun group: give --nproc-per-node too "
               "(--nproc-per-node 1 for a single process)", file=sys.stderr)
         return 2
+    if args.checkpoint_every is not None and not args.checkpoint:
+        print("hal run: error: --checkpoint-every needs --checkpoint DIR (where the checkpoints go)", file=sys.stderr)
+        return 2
+    if args.checkpoint_every is not None and args.checkpoint_every < 1:
+        print(f"hal run: error: --checkpoint-every {args.checkpoint_every}: give a number of optimizer steps "
+              f"above 0", file=sys.stderr)
+        return 2
     if args.metrics:
         from hal.metrics import ENV_DIR
 
         os.environ[ENV_DIR] = os.path.abspath(args.metrics)  # every rank and child process records
+    if args.checkpoint:
+        from hal.checkpoint import ATTACH_DIR_ENV, ATTACH_EVERY_ENV
+
+        os.environ[ATTACH_DIR_ENV] = os.path.abspath(args.checkpoint)  # every rank, every restart
+        if args.checkpoint_every is not None:
+            os.environ[ATTACH_EVERY_ENV] = str(args.checkpoint_every)
     if args.nproc_per_node:
         return _launch(args)
     if args.child:

@@ -21,7 +21,8 @@ on each rank:
 - a ``DistributedDataParallel`` model built after this starts is watched for communication time;
 - with ``max_steps`` (``HAL_METRICS_MAX_STEPS``) the script ends cleanly after that many steps;
 - with ``flops`` (``HAL_METRICS_FLOPS=1``) the second step's floating-point operations, as torch's
-  ``FlopCounterMode`` counts them (matrix products, convolutions, attention), are its ``flops``.
+  ``FlopCounterMode`` counts them (matrix products, convolutions, attention), are its ``flops``, and the
+  dtype most of its matrix products ran in is its ``compute_dtype`` (:mod:`hal.metrics._compute_dtype`).
 
 Records go to ``<folder>/<run>.jsonl`` (``<run>.rank<N>.jsonl`` for several ranks).
 """
@@ -34,7 +35,9 @@ from typing import List, Optional
 
 import torch
 
+from hal.metrics._compute_dtype import ComputeDtypes
 from hal.metrics._logger import MetricsLogger
+from hal.util.patches import Patches
 
 #: the folder ``hal run --metrics DIR`` gives every process of the run (torchrun's ranks, child processes)
 ENV_DIR = "HAL_METRICS_DIR"
@@ -111,11 +114,12 @@ class _CountingIterator:
 
 
 def _from_hal(frame) -> bool:
-    """True when the first caller past torch's own frames (``Tensor.backward``) is hal's code (the
-    emulator's autograd self-check when it loads): not the script's loss."""
+    """True when the first caller past torch's own frames (``Tensor.backward``, and the counted step's
+    :class:`ComputeDtypes` that runs it) is hal's code (the emulator's autograd self-check when it loads): not
+    the script's loss."""
     while frame is not None:
         name = frame.f_globals.get("__name__", "") or ""
-        if name != __name__ and name != "torch" and not name.startswith("torch."):
+        if name not in (__name__, ComputeDtypes.__module__) and name != "torch" and not name.startswith("torch."):
             return name in ("hal", "hal_backends") or name.startswith(("hal.", "hal_backends."))
         frame = frame.f_back
     return False
@@ -144,7 +148,7 @@ class AttachedMetrics:
                  flops: bool = False):
         self.folder, self.run, self.want_grad_norm, self.max_steps = folder, run, grad_norm, max_steps
         self.want_flops = flops
-        self._counter = None
+        self._counter = self._dtypes = None  # FlopCounterMode and ComputeDtypes while a step is counted
         self.logger: Optional[MetricsLogger] = None
         self.optimizer = None
         self.step = 0
@@ -156,7 +160,8 @@ class AttachedMetrics:
         self._scaled = None  # (the tensor GradScaler.scale returned, the loss it scaled)
         self._depth = threading.local()
         self._handles: list = []
-        self._undo: list = []
+        self._patches = Patches()
+        self._skip_step = False
 
     # -- what the hooks see -------------------------------------------------------------
     def _start(self) -> None:
@@ -188,24 +193,42 @@ class AttachedMetrics:
         if optimizer is self.optimizer and self.want_grad_norm:
             self.grad_norm = _grad_norm(optimizer)
 
+    def resumed(self, step: int) -> None:
+        """The run goes on from a checkpoint of ``step`` (``hal run --checkpoint``), loaded at the end of
+        the restarted script's first step: that step's work was replaced, so it is not recorded, and the
+        next record is step ``step + 1``, timed from now."""
+        self.step = int(step)
+        self._skip_step = True
+
     def after_step(self, optimizer) -> None:
         if optimizer is not self.optimizer:
             return
         self._start()
+        if self._skip_step:
+            self._skip_step = False
+            self.losses, self.samples, self.tokens, self.grad_norm = [], None, None, None
+            self.logger.timer.start()
+            if self.max_steps is not None and self.step >= self.max_steps:
+                raise StepLimitReached(self.step)
+            return
         self.step += 1
         scalars = {}
         if self.losses:
             scalars["loss"] = float(torch.stack([t.float().cpu() for t in self.losses]).mean())
         if self.grad_norm is not None:
             scalars["grad_norm"] = self.grad_norm
+        compute_dtype = None
         if self._counter is not None:  # the step counted: its forward, backward and optimizer step
+            self._dtypes.__exit__(None, None, None)
+            compute_dtype = self._dtypes.dominant()
             self._counter.__exit__(None, None, None)
             scalars["flops"] = float(self._counter.get_total_flops())
-            self._counter = None
+            self._counter = self._dtypes = None
         lr = optimizer.param_groups[0].get("lr") if optimizer.param_groups else None
         if lr is not None:
             scalars["lr"] = float(lr)
-        self.logger.log_step(self.step, samples=self.samples, tokens=self.tokens, **scalars)
+        self.logger.log_step(self.step, samples=self.samples, tokens=self.tokens, compute_dtype=compute_dtype,
+                             **scalars)
         self.losses, self.samples, self.tokens, self.grad_norm = [], None, None, None
         if self.max_steps is not None and self.step >= self.max_steps:
             raise StepLimitReached(self.step)
@@ -214,12 +237,10 @@ class AttachedMetrics:
 
             self._counter = FlopCounterMode(display=False)
             self._counter.__enter__()
+            self._dtypes = ComputeDtypes()
+            self._dtypes.__enter__()
 
     # -- installing ---------------------------------------------------------------------
-    def _patch(self, owner, name, value) -> None:
-        self._undo.append((owner, name, owner.__dict__[name] if isinstance(owner, type) else getattr(owner, name)))
-        setattr(owner, name, value)
-
     def install(self) -> "AttachedMetrics":
         """Hook torch (optimizer hooks, ``torch.autograd.backward``, ``DataLoader.__iter__``,
         ``GradScaler.scale``, ``DistributedDataParallel.__init__``) until :meth:`close`."""
@@ -241,13 +262,13 @@ class AttachedMetrics:
                 return backward(tensors, *args, **kwargs)
             finally:
                 me._depth.n = depth
-        self._patch(torch.autograd, "backward", counted_backward)
+        self._patches.set(torch.autograd, "backward", counted_backward)
 
         dl_iter = DataLoader.__iter__
 
         def counting_iter(loader):
             return _CountingIterator(dl_iter(loader), me)
-        self._patch(DataLoader, "__iter__", counting_iter)
+        self._patches.set(DataLoader, "__iter__", counting_iter)
 
         scaler = torch.amp.GradScaler
         scale = scaler.__dict__["scale"]
@@ -257,7 +278,7 @@ class AttachedMetrics:
             if isinstance(outputs, torch.Tensor):
                 me._scaled = (out, outputs)
             return out
-        self._patch(scaler, "scale", scaled)
+        self._patches.set(scaler, "scale", scaled)
 
         ddp = torch.nn.parallel.DistributedDataParallel
         ddp_init = ddp.__dict__["__init__"]
@@ -266,20 +287,19 @@ class AttachedMetrics:
             ddp_init(self_, *args, **kwargs)
             if me.ddp is None and me.logger is None:
                 me.ddp = self_
-        self._patch(ddp, "__init__", watched_init)
+        self._patches.set(ddp, "__init__", watched_init)
         return self
 
     def close(self) -> None:
         """Remove the hooks and close the logger (its files are complete)."""
         if self._counter is not None:  # the script ended inside the counted step
+            self._dtypes.__exit__(None, None, None)
             self._counter.__exit__(None, None, None)
-            self._counter = None
+            self._counter = self._dtypes = None
         for h in self._handles:
             h.remove()
         self._handles.clear()
-        for owner, name, old in reversed(self._undo):
-            setattr(owner, name, old)
-        self._undo.clear()
+        self._patches.undo()
         if self.logger is not None:
             self.logger.close()
 

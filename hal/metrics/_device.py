@@ -1,4 +1,4 @@
-"""Memory and utilisation readings of the selected device, where the device exposes them.
+"""The selected device's name, and its memory and utilisation readings where the device exposes them.
 
 Device memory comes from the backend's allocator statistics (``memory_allocated`` /
 ``max_memory_allocated``).  On the CPU backend, which has no device allocator, the
@@ -44,10 +44,24 @@ class DeviceProbe:
         self.index = backend.current_device() if index is None else index
         self._mem_ok = backend.device_type != "cpu"
         self._util_ok = True
+        self._name: Optional[str] = None
+        self._name_read = False
 
     @property
     def device(self) -> str:
         return "cpu" if self.backend.device_type == "cpu" else f"{self.backend.device_type}:{self.index}"
+
+    @property
+    def name(self) -> Optional[str]:
+        """The device's name as its vendor's torch module reports it (``torch.cuda.get_device_name()``: "NVIDIA
+        H100 80GB HBM3"), read once; None where the backend cannot say."""
+        if not self._name_read:
+            self._name_read = True
+            try:
+                self._name = str(self.backend.device_name(self.index))
+            except (NotSupported, RuntimeError):
+                self._name = None
+        return self._name
 
     def memory(self) -> Tuple[Optional[int], Optional[int], Optional[str]]:
         """(current bytes, peak bytes, source) where source is ``device`` or ``host-rss``."""

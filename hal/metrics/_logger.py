@@ -131,11 +131,14 @@ class MetricsLogger:
         self.timer.lap()
 
     def log_step(self, step: int, *, samples: Optional[int] = None, tokens: Optional[int] = None,
-                 step_time_s: Optional[float] = None, **scalars) -> dict:
+                 step_time_s: Optional[float] = None, compute_dtype: Optional[str] = None, **scalars) -> dict:
         """Record step ``step``; return the record written.
 
         :param samples: / tokens: work done in this step, for samples/s and tokens/s.
         :param step_time_s: the step's seconds if you timed it yourself (else the lap time).
+        :param compute_dtype: the dtype the step's matrix products ran in (``"bfloat16"``, ``"tf32"``...),
+            where you know it: with a ``flops=`` scalar and the record's ``device_name`` it names the device's
+            peak for MFU (``hal.plugin.facts.builtin_peak_flops``).
         :param scalars: numbers of your own (``loss=``, ``lr=``, ``grad_norm=``...).
 
         On rank 0 the record carries ``events`` when a rank was named a straggler (or
@@ -160,7 +163,7 @@ class MetricsLogger:
             return None if n is None or not lap else n / lap
 
         rec = {"schema": SCHEMA, "run": self.run, "rank": self.rank, "host": self.host,
-               "backend": self.backend_name, "device": self.probe.device,
+               "backend": self.backend_name, "device": self.probe.device, "device_name": self.probe.name,
                "time_unix": time.time(), "step": int(step), "step_time_s": lap,
                "step_time_p50_s": self.timer.p50(), "step_time_p99_s": self.timer.p99(),
                "samples": samples, "tokens": tokens,
@@ -168,6 +171,8 @@ class MetricsLogger:
                "mem_current_bytes": cur, "mem_peak_bytes": peak, "mem_source": source,
                "utilization_pct": self.probe.utilization(), "scalars": clean}
         rec["comm_time_s"], rec["comm_exposed_s"], rec["comm_count"], rec["comm_bytes"] = comm_fields(self.comm)
+        if compute_dtype is not None:
+            rec["compute_dtype"] = str(compute_dtype)
         if self.stragglers is not None:
             events = self.stragglers.add(step, lap)
             if events:

@@ -5,7 +5,7 @@ holding all of its facts; the folder's name is the backend's name, and its ``bac
 is what marks it (schema ``hal/data/backend.schema.json``)::
 
     backends/ascend/           the plugin hal_backends.ascend (__init__.py) and its adapters (fused.py)
-        backend.json           spec, vendor markers, fused kernels, version matrices
+        backend.json           spec, vendor markers, fused kernels, version matrices, peak FLOP/s
         onnx.profile.json      the ONNX profile of the device's toolchain (an op_coverage target)
         torch-2.13.json        a torch op profile, one per torch version
         observed-ops.json      what ``hal probe --out`` observed on the device (the emulator ships one)
@@ -20,10 +20,11 @@ column of the fused kernels (with its ``sizes``, where the kernel wins only at s
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from functools import lru_cache
 from importlib import resources
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 from hal.plugin.kernels import SizedKernel
 
@@ -133,3 +134,70 @@ def builtin_stack_fact(backend: str, stack: str) -> dict:
     ``stacks`` entry, e.g. ``{"accelerator": "module:Class" or None, "why": ..., "source": ...}``);
     empty when the file says nothing."""
     return dict(backend_facts(backend).get("stacks", {}).get(stack, {}))
+
+
+#: dtype names a caller may give -> the names of ``peak_flops`` figures (torch's own names pass as they are)
+_DTYPE_ALIASES = {"bf16": "bfloat16", "fp16": "float16", "half": "float16", "fp32": "float32", "float": "float32",
+                  "tensorfloat32": "tf32", "fp8": "float8"}
+
+
+def flops_dtype(dtype) -> str:
+    """The name ``peak_flops`` figures give ``dtype`` (a ``torch.dtype`` or a name): bfloat16, float16, float32,
+    tf32 (float32 products run in TensorFloat32), float8 (every ``float8_*`` format), int8."""
+    name = str(dtype).lower()
+    name = name[len("torch."):] if name.startswith("torch.") else name
+    name = _DTYPE_ALIASES.get(name, name)
+    return "float8" if name.startswith("float8") else name
+
+
+@dataclass(frozen=True)
+class PeakFlops:
+    """A device's dense peak for one dtype, from its backend's facts (:func:`builtin_peak_flops`).
+
+    ``flops`` (FLOP/s, without sparsity) is None where there is no such fact, and ``why`` then says which
+    one is missing; ``device`` is the product the fact names, ``source`` the vendor page it comes from."""
+
+    backend: str
+    device_name: Optional[str]
+    dtype: Optional[str]
+    flops: Optional[float] = None
+    device: Optional[str] = None
+    source: Optional[str] = None
+    why: str = ""
+
+
+def builtin_peak_flops(backend: str, device_name: Optional[str], dtype) -> PeakFlops:
+    """The dense peak FLOP/s of the device named ``device_name`` -- as its vendor's torch module reports it
+    (``torch.cuda.get_device_name()``, ``torch.npu.get_device_name()``) -- for products in ``dtype`` (see
+    :func:`flops_dtype`), from the built-in ``backend``'s backend.json ``peak_flops``: the first entry one of
+    whose ``device_names`` patterns (fnmatch, case-sensitive) matches.
+
+    Never raises for a missing fact: ``flops`` is None and ``why`` names what is missing (the device name,
+    the dtype, the backend's facts, an entry for the device, its figure for the dtype)::
+
+        builtin_peak_flops("cuda", "NVIDIA H100 80GB HBM3", torch.bfloat16).flops   # 989.4e12
+    """
+    dtype = flops_dtype(dtype) if dtype is not None else None
+    out = dict(backend=backend, device_name=device_name, dtype=dtype)
+    if not device_name:
+        return PeakFlops(**out, why="the device's name is unknown (the run's records do not name it)")
+    if dtype is None:
+        return PeakFlops(**out, why="the dtype the matrix products ran in is unknown (none was seen in the "
+                                    "counted step)")
+    try:
+        entries = backend_facts(backend).get("peak_flops", [])
+    except KeyError:
+        return PeakFlops(**out, why=f"{backend!r} is not a built-in backend: hal holds no facts of its devices")
+    where = f"{backend_folders()[backend]}/{FACTS_FILE}"
+    if not entries:
+        return PeakFlops(**out, why=f"{where} holds no peak FLOPs of any {backend} device")
+    entry = next((e for e in entries if any(fnmatchcase(device_name, p) for p in e["device_names"])), None)
+    if entry is None:
+        known = ", ".join(e["device"] for e in entries)
+        return PeakFlops(**out, why=f"no peak FLOPs fact for {device_name!r} in {where} (it has: {known})")
+    figure = entry["dense_tflops"].get(dtype)
+    if figure is None:
+        return PeakFlops(**out, device=entry["device"], source=entry["source"],
+                         why=f"{where} gives {entry['device']} no {dtype} figure (it gives: "
+                             f"{', '.join(entry['dense_tflops'])})")
+    return PeakFlops(**out, flops=float(figure) * 1e12, device=entry["device"], source=entry["source"])

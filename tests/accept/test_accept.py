@@ -12,7 +12,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from hal_accept import AcceptOptions, AcceptUsageError, Target, accept, compare, parse_target, to_html
+from hal_accept import AcceptOptions, AcceptUsageError, Target, compare, parse_target, to_html
+
+from onnx_models import mlp_with_gelu
 
 HERE = Path(__file__).resolve().parent
 SCRIPT = HERE / "train_gelu_mlp.py"
@@ -62,22 +64,31 @@ NO_TRANSFORMERS = _transformers_why_not()
 
 @pytest.fixture(scope="module")
 def wrong_gelu(tmp_path_factory):
+    """One run of the command line, ``hal accept ... --json - -o accept.html``: the report it printed on stdout,
+    its progress lines (stderr), and the folder holding the page it wrote."""
     work = tmp_path_factory.mktemp("accept")
     path = os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     # the throughput gate low: the emulator's speed under a loaded test machine is no chip's (the gate's
-    # arithmetic is checked below); inference on a 2-layer GPT-2 config at batch sizes 1 and 4
-    options = AcceptOptions(str(SCRIPT), steps=4, loss_rtol=1e-4, workdir=work, min_throughput_ratio=0.05,
-                            env=(("HAL_PLUGINS", "wrong_gelu"), ("PYTHONPATH", path)),
-                            model=None if NO_TRANSFORMERS else str(HERE / "tiny-gpt2"), batches=(1, 4), new_tokens=4)
-    lines = []
-    return accept(options, lines.append), lines, work
+    # arithmetic is checked below); inference on a 2-layer GPT-2 config at batch sizes 1 and 4; an ONNX export
+    args = ["--steps", "4", "--loss-rtol", "1e-4", "--workdir", str(work / "runs"), "--min-throughput-ratio", "0.05",
+            "--onnx", mlp_with_gelu(work / "mlp.onnx"), "--json", "-", "-o", str(work / "accept.html")]
+    if not NO_TRANSFORMERS:
+        args += ["--model", str(HERE / "tiny-gpt2"), "--batches", "1,4", "--new-tokens", "4"]
+    p = subprocess.run([sys.executable, "-m", "hal", "accept", *args, str(SCRIPT)], capture_output=True, text=True,
+                       env=dict(os.environ, HAL_PLUGINS="wrong_gelu", PYTHONPATH=path), timeout=1800)
+    assert p.stdout.startswith("{"), p.stderr[-3000:]
+    report = json.loads(p.stdout)  # stdout holds the JSON alone: the summary and progress go to stderr
+    assert p.returncode == report["exit_code"], p.stderr[-3000:]
+    return report, [line.removeprefix("hal accept: ") for line in p.stderr.splitlines()], work
 
 
 @pytest.mark.slow
 def test_the_wrong_kernel_is_found_by_bisection_with_its_call_site(wrong_gelu):
     report, progress, _ = wrong_gelu
     assert report["exit_code"] == 1 and report["verdict"] == "rejected"
-    gates = {"runs": True, "loss": False, "throughput": True} | ({} if NO_TRANSFORMERS else {"inference": True})
+    # stability fails too: the reference's checkpoint, resumed on the emulator, goes on with the wrong gelu
+    gates = {"runs": True, "loss": False, "throughput": True, "stability": False} | (
+        {} if NO_TRANSFORMERS else {"inference": True})
     assert {g["gate"]: g["holds"] for g in report["gates"]} == gates
     emu = report["sections"]["numerics"]["targets"]["emu"]
     assert emu["comparison"]["first_divergent_step"] == 1
@@ -99,13 +110,22 @@ def test_the_wrong_kernel_is_found_by_bisection_with_its_call_site(wrong_gelu):
 @pytest.mark.slow
 def test_the_report_follows_its_schema_and_names_its_evidence(wrong_gelu):
     jsonschema = pytest.importorskip("jsonschema")
-    report, _, _ = wrong_gelu
+    report, _, work = wrong_gelu
     jsonschema.validate(json.loads(json.dumps(report, default=str)), json.loads(SCHEMA.read_text()))
+    assert report["schema"] == "hal.accept/1"  # what the command line printed with --json -
+    assert "<span id='verdict'>rejected</span>" in (work / "accept.html").read_text(encoding="utf-8")  # and -o wrote
     sections = report["sections"]
     assert sections["code_changes"]["lines_changed_with_hal"] == 0
     assert any(row["call"].startswith("Tensor.to") or "cuda" in row["call"] for row in sections["code_changes"]["redirected"])
     assert sections["operators"]["targets"]["emu"]["op_types"] > 10
-    assert sections["stability"]["verdict"] == "not_checked"  # not claimed
+    stab = sections["stability"]
+    assert (stab["checkpoint_every"], stab["killed_at_step"]) == (2, 3)  # the plan for --steps 4
+    for name in ("reference", "emu"):  # rank 0 killed at step 3, torchrun's restart, resumed from step 2's save
+        e = stab["rehearsals"][name]
+        assert e["killed"] and e["restarted"] and (e["resumed_from_step"], e["steps_redone"]) == (2, 1), e
+        assert e["steps_after_resume"] == [3, 4] and e["bitwise"] and e["ok"] and e["recovery_s"] > 0
+    port = stab["portability"]["emu"]  # the reference's checkpoint opens on the emulator, whose gelu then differs
+    assert port["opened"] and not port["ok"] and port["comparison"]["first_divergent_step"] == 3
     tp = sections["throughput"]["targets"]["emu"]
     assert tp["unit"] == "samples/s" and tp["throughput"]["samples_per_s"]["p50"] > 0
     assert tp["within_gate"] == (tp["ratio"] >= tp["gate"] == 0.05)
@@ -114,8 +134,12 @@ def test_the_report_follows_its_schema_and_names_its_evidence(wrong_gelu):
     assert tp["throughput"]["flops_per_step"] == 2 * 2 * 32 * (16 * 32 + 32 * 1) + 2 * 32 * 32 * 1
     assert tp["achieved_flops_per_s"] == pytest.approx(tp["throughput"]["flops_per_step"] /
                                                        tp["throughput"]["step_time_s"]["p50"])
+    # --onnx: the emulator has no ONNX profile of its own; sections 2 and 6 say so rather than guess one
+    assert "no ONNX profile for the backend emu" in sections["operators"]["targets"]["emu"]["onnx"]["why"]
+    assert sections["inference"]["int8"]["targets"]["emu"]["onnx_target"] is None
     if NO_TRANSFORMERS:
-        assert sections["inference"]["verdict"] == "not_checked"
+        assert sections["inference"]["verdict"] == "info"  # the INT8 part, ungated
+        assert sections["inference"]["summary"].endswith("generation not checked (no --model)")
         pytest.skip(f"inference not checked: {NO_TRANSFORMERS}")
     inf = sections["inference"]["targets"]["emu"]
     assert [r["batch"] for r in inf["rows"]] == [1, 4]
@@ -125,19 +149,19 @@ def test_the_report_follows_its_schema_and_names_its_evidence(wrong_gelu):
 
 
 @pytest.mark.slow
-def test_the_html_page_renders_its_charts_and_verdict_in_headless_chromium(wrong_gelu, tmp_path):
+def test_the_html_page_renders_its_charts_and_verdict_in_headless_chromium(wrong_gelu):
     browser = shutil.which("chromium") or shutil.which("chromium-browser")
     if browser is None:
         pytest.skip("headless Chromium is not installed (apt-get install chromium; make accept installs it)")
-    report, _, _ = wrong_gelu
-    page = tmp_path / "accept.html"
-    page.write_text(to_html(report), encoding="utf-8")
+    report, _, work = wrong_gelu
+    page = work / "accept.html"  # the page hal accept -o wrote
     p = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom", page.as_uri()],
                        capture_output=True, text=True, timeout=120)
     dom = p.stdout
     assert "<script" not in to_html(report)  # self-contained, nothing to run
     assert 'id="verdict">rejected<' in dom.replace("'", '"')
-    assert dom.count('class="series"') == (2 if NO_TRANSFORMERS else 4)  # loss (and inference tokens/s) curves
+    # the loss curves, the uninterrupted and resumed curves of the stability rehearsal (and inference tokens/s)
+    assert dom.count('class="series"') == (6 if NO_TRANSFORMERS else 8)
     assert "aten::gelu" in dom and "5. Stability" in dom
 
 

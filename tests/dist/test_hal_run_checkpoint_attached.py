@@ -1,0 +1,54 @@
+"""``hal run --checkpoint``: an unmodified script checkpointed from outside, killed by a rehearsed failure
+(``HAL_CHECKPOINT_KILL_AT``), restarted by torchrun, and resumed to the uninterrupted run's losses bit
+for bit -- its shuffled batches, dropout masks, momentum and LR schedule included."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from hal.checkpoint import read_events
+from hal.cli import main
+
+SCRIPT = Path(__file__).parent / "hal_run_scripts" / "shuffled_loader.py"
+
+
+def _hal_run(args, env_extra, cwd):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HAL_METRICS", "HAL_CHECKPOINT"))}
+    env.update(HAL_BACKEND="emu", HAL_METRICS_MAX_STEPS="10", **env_extra)
+    p = subprocess.run([sys.executable, "-m", "hal", "run", "--quiet", *args, str(SCRIPT)], env=env, cwd=cwd,
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    return p
+
+
+def _records(path):
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_a_killed_run_resumes_from_outside_to_the_same_losses_bit_for_bit(tmp_path):
+    _hal_run(["--metrics", "plain"], {}, tmp_path)
+    p = _hal_run(["--nproc-per-node", "1", "--max-restarts", "1", "--metrics", "killed", "--checkpoint", "ck",
+                  "--checkpoint-every", "3"], {"HAL_CHECKPOINT_KILL_AT": "5"}, tmp_path)
+    plain = {r["step"]: r["scalars"] for r in _records(tmp_path / "plain" / "run.jsonl")}
+    assert sorted(plain) == list(range(1, 11))
+    events = read_events(tmp_path / "ck")
+    killed = next(e for e in events if e["event"] == "killed")
+    resume = next(e for e in events if e["event"] == "resume" and e["attempt"] == 1)
+    assert killed["step"] == 5 and resume["step"] == 3  # died at 5, the newest checkpoint was step 3's
+    assert "resumed at step 3" in p.stderr and "2 step(s) to redo" in p.stderr
+    after = [r for r in _records(tmp_path / "killed" / "run.jsonl") if r["time_unix"] > resume["time_unix"]]
+    assert [r["step"] for r in after] == list(range(4, 11))  # the restarted script's own first step is not one
+    for r in after:  # the loss of the batch that would have come, under the dropout mask that would have come
+        assert r["scalars"]["loss"] == plain[r["step"]]["loss"], r["step"]
+        assert r["scalars"]["lr"] == plain[r["step"]]["lr"]
+    assert {r["scalars"]["lr"] for r in after} == {0.05, 0.025, 0.0125}  # the schedule went on, not over
+
+
+def test_the_checkpoint_options_are_checked(capsys, tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text("raise SystemExit(0)\n")
+    assert main(["run", "--checkpoint-every", "5", str(script)]) == 2
+    assert "--checkpoint-every needs --checkpoint DIR" in capsys.readouterr().err
+    assert main(["run", "--checkpoint", str(tmp_path / "ck"), "--checkpoint-every", "0", str(script)]) == 2
+    assert "give a number of optimizer steps above 0" in capsys.readouterr().err
