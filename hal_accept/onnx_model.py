@@ -209,19 +209,6 @@ def _quantize(options: AcceptOptions, name: str) -> dict:
             "written": str(out) if verdict.ok else None}
 
 
-def _int8_line(target: str, e: dict) -> str:
-    if e["onnx_target"] is None:
-        return f"{target}: no ONNX target"
-    if e["status"] == "nothing_quantized":
-        return f"{target} ({e['onnx_target']}): runs no INT8 form of the model's ops"
-    if e["status"] == "failed":
-        return f"{target} ({e['onnx_target']}): failed"
-    size = e["size"]
-    return (f"{target} ({e['onnx_target']}, {e['format']}): {size['float_bytes']} -> {size['quantized_bytes']} bytes "
-            f"(x{size['ratio']}), max abs error {e['max_abs_error']:.3g}"
-            + (f", cosine {e['min_cosine']:.6f}" if e["min_cosine"] is not None else ""))
-
-
 def int8_section(options: AcceptOptions, progress: Callable[[str], None] = lambda s: None) -> dict:
     """Section 6's ``int8`` part: per target, the INT8 model op_coverage quantize's steps make of the export for
     its ONNX target, its size against the float model's, and each output's error and cosine similarity.
@@ -231,6 +218,8 @@ def int8_section(options: AcceptOptions, progress: Callable[[str], None] = lambd
     within the gates, and at least one did -- an ONNX target that runs no INT8 form of the model's ops, or whose
     INT8 model fails onnx.checker or onnxruntime, fails it, as quantize exits non-zero there.  Ungated, the
     figures are reported: ``info``."""
+    from hal_accept.report import int8_line
+
     found = onnx_targets(options)
     gated = options.int8_max_error is not None or options.int8_min_cosine is not None
     per_name: Dict[str, dict] = {}
@@ -247,7 +236,7 @@ def int8_section(options: AcceptOptions, progress: Callable[[str], None] = lambd
               if gated else "not gated (--int8-max-error, --int8-min-cosine)")
     return {"verdict": ("pass" if holds else "fail") if gated else "info",
             "summary": (f"INT8 of {Path(options.onnx).name}: "
-                        + "; ".join(_int8_line(t, e) for t, e in per_target.items()) + f"; {judged}"),
+                        + "; ".join(f"{t}: {int8_line(e)}" for t, e in per_target.items()) + f"; {judged}"),
             "gates": {"max_error": options.int8_max_error, "min_cosine": options.int8_min_cosine,
                       "holds": holds if gated else None},
             "targets": per_target,

@@ -212,7 +212,6 @@ class AttachedCheckpoint:
         #: called with the step a resumed run goes on from (``hal run --metrics`` renumbers its records)
         self.on_resume: List[Callable[[int], None]] = []
         self.resumed_from: Optional[int] = None
-        self._handles: list = []
         self._patches = Patches()
 
     def _start(self, optimizer) -> None:
@@ -260,7 +259,7 @@ class AttachedCheckpoint:
         from torch.utils.data import DataLoader
 
         me = self
-        self._handles.append(register_optimizer_step_post_hook(lambda opt, args, kwargs: me.after_step(opt)))
+        self._patches.hook(register_optimizer_step_post_hook(lambda opt, args, kwargs: me.after_step(opt)))
 
         dl_iter = DataLoader.__iter__
         by_loader: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
@@ -297,9 +296,6 @@ class AttachedCheckpoint:
 
     def close(self) -> None:
         """Remove the hooks; wait for the pending save (its checkpoint is complete)."""
-        for h in self._handles:
-            h.remove()
-        self._handles.clear()
         self._patches.undo()
         if self.saver is not None:
             self.saver.close()

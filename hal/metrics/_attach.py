@@ -159,7 +159,6 @@ class AttachedMetrics:
         self.ddp = None
         self._scaled = None  # (the tensor GradScaler.scale returned, the loss it scaled)
         self._depth = threading.local()
-        self._handles: list = []
         self._patches = Patches()
         self._skip_step = False
 
@@ -248,8 +247,8 @@ class AttachedMetrics:
         from torch.utils.data import DataLoader
 
         me = self
-        self._handles.append(register_optimizer_step_pre_hook(lambda opt, args, kwargs: me.before_step(opt)))
-        self._handles.append(register_optimizer_step_post_hook(lambda opt, args, kwargs: me.after_step(opt)))
+        self._patches.hook(register_optimizer_step_pre_hook(lambda opt, args, kwargs: me.before_step(opt)))
+        self._patches.hook(register_optimizer_step_post_hook(lambda opt, args, kwargs: me.after_step(opt)))
 
         backward = torch.autograd.backward
 
@@ -296,9 +295,6 @@ class AttachedMetrics:
             self._dtypes.__exit__(None, None, None)
             self._counter.__exit__(None, None, None)
             self._counter = self._dtypes = None
-        for h in self._handles:
-            h.remove()
-        self._handles.clear()
         self._patches.undo()
         if self.logger is not None:
             self.logger.close()

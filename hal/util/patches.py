@@ -1,10 +1,12 @@
-"""Attributes replaced for a while and put back exactly: what hal attaches to an unmodified script
-from outside (``hal run --metrics``, ``hal run --checkpoint``) wraps torch's methods this way.
+"""Attributes replaced for a while and put back exactly, hooks registered for a while and removed: what
+hal attaches to an unmodified script from outside (``hal run --metrics``, ``hal run --checkpoint``) wraps
+torch's methods and registers torch's global hooks this way.
 
 ::
 
     patches = Patches()
     patches.set(DataLoader, "__iter__", counting_iter)   # the class's own attribute is kept
+    patches.hook(register_optimizer_step_post_hook(after_step))
     ...
     patches.undo()                                       # newest first: stacked wrappers unwind
 """
@@ -18,6 +20,11 @@ class Patches:
 
     def __init__(self) -> None:
         self._undo: List[Tuple[Any, str, Any]] = []
+        self._handles: list = []
+
+    def hook(self, handle) -> None:
+        """Keep a hook's handle (anything with ``remove()``: torch's ``RemovableHandle``) for :meth:`undo`."""
+        self._handles.append(handle)
 
     def set(self, owner, name: str, value) -> None:
         """``setattr(owner, name, value)``, remembering the old value (a class's own ``__dict__`` entry, so
@@ -27,7 +34,10 @@ class Patches:
         setattr(owner, name, value)
 
     def undo(self) -> None:
-        """Put every replaced attribute back, newest first."""
+        """Remove the hooks; put every replaced attribute back, newest first."""
+        for handle in self._handles:
+            handle.remove()
+        self._handles.clear()
         for owner, name, old in reversed(self._undo):
             setattr(owner, name, old)
         self._undo.clear()

@@ -38,3 +38,10 @@ def test_an_outside_script_is_accepted_on_the_emulator_with_a_vendors_coverage(c
     assert len(report["runs"][target]["loss"]) == 4 and None not in report["runs"][target]["loss"]
     assert report["sections"]["operators"]["targets"][target]["op_types"] > 5
     assert report["sections"]["throughput"]["targets"][target]["ratio"] > 0.05
+    # rank 0 killed at step 3, torchrun's restart, resumed from step 2's checkpoint taken from outside the script
+    # (the Trainer's accelerate loader prefetches a batch: the replay must give it the same stream), bitwise
+    stab = report["sections"]["stability"]
+    for name in ("reference", target):
+        e = stab["rehearsals"][name]
+        assert (e["resumed_from_step"], e["steps_after_resume"], e["bitwise"]) == (2, [3, 4], True), e
+    assert stab["portability"][target]["ok"], stab["portability"][target]
