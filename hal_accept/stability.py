@@ -56,15 +56,24 @@ def rehearse(options: AcceptOptions, target: Target, uninterrupted: Run, every: 
     events = read_events(ckdir)
     killed = next((e for e in events if e["event"] == "killed"), None)
     resume = next((e for e in events if e["event"] == "resume" and e.get("attempt", 0) >= 1), None)
+    own = next((e for e in events if e["event"] == "script_checkpointer"), None)
     entry = {"backend": target.name, "command": " ".join(run.command), "env": run.env, "exit_code": run.exit_code,
              "checkpoint_every": every, "killed_at_step": kill_at, "killed": killed is not None,
              "restarted": resume is not None, "resumed_from_step": resume["step"] if resume else None,
-             "log": _checkpoint_lines(run)}
+             "checkpoints_by": "script" if own else "hal", "log": _checkpoint_lines(run)}
+    if own:
+        entry["script_checkpoints"] = {"dir": own["dir"], "every": own["every"]}
     if run.exit_code != 0 or killed is None or resume is None:
-        entry.update(ok=False, why=("the run failed after the restart (exit code %d)" % run.exit_code
-                                    if run.exit_code else "no rank was killed (the script took fewer steps?)"
-                                    if killed is None else "the group was not restarted and resumed"),
-                     output_tail=run.output_tail)
+        if run.exit_code:
+            why = f"the run failed after the restart (exit code {run.exit_code})"
+        elif killed is None:
+            why = "no rank was killed (the script took fewer steps?)"
+        elif own:
+            why = (f"the script checkpoints itself (every {own['every']} steps into {own['dir']}) and had saved "
+                   f"nothing before step {kill_at}: it started over")
+        else:
+            why = "the group was not restarted and resumed"
+        entry.update(ok=False, why=why, output_tail=run.output_tail)
         return entry
     entry["steps_redone"] = kill_at - resume["step"]
     written = read_records(Path(options.workdir) / label, by_step=False)
@@ -106,6 +115,12 @@ def portability(options: AcceptOptions, target: Target, reference_checkpoints: P
     shutil.rmtree(ckdir, ignore_errors=True)
     src = step_folder(reference_checkpoints, step)
     entry = {"backend": target.name, "checkpoint": str(src), "step": step}
+    own = next((e for e in read_events(reference_checkpoints) if e["event"] == "script_checkpointer"), None)
+    if own:
+        entry.update(ok=None, checkpoint=own["dir"], why=f"not checked: the script checkpoints itself into "
+                     f"{own['dir']}, where each run looks for its checkpoints; hal accept does not move a script's "
+                     f"own checkpoints into another backend's run")
+        return entry
     if not src.is_dir():
         entry.update(ok=False, why=f"the reference's rehearsal left no checkpoint of step {step} ({src})")
         return entry
@@ -150,7 +165,7 @@ def stability_section(options: AcceptOptions, runs: Dict[str, Run], progress: Ca
     for t in options.targets:
         progress(f"stability: the reference's checkpoint of step {every} opened on {t.name}")
         ported[t.name] = portability(options, t, ref_ck, every, runs["reference"])
-    ok = all(e.get("ok") for e in rehearsals.values()) and all(e.get("ok") for e in ported.values())
+    ok = all(e.get("ok") for e in rehearsals.values()) and all(e["ok"] is not False for e in ported.values())
     recov = [e["recovery_s"] for n, e in rehearsals.items() if n != "reference" and e.get("recovery_s") is not None]
     summary = (f"killed at step {kill_at}, resumed from step {ref.get('resumed_from_step')}: losses after the resume "
                f"{'bitwise equal to' if strict else 'within tolerance of'} the uninterrupted run's"
@@ -158,6 +173,9 @@ def stability_section(options: AcceptOptions, runs: Dict[str, Run], progress: Ca
                    f'{n} (reference checkpoint)': e for n, e in ported.items()}}.items() if not e.get("ok")))
     if ok and recov:
         summary += f"; recovery {max(recov):.1f} s"
+    unchecked = {e["why"] for e in ported.values() if e["ok"] is None}
+    if ok and unchecked:
+        summary += "; the reference's checkpoint on the targets " + "; ".join(sorted(unchecked))
     if not strict and ref.get("ok"):
         summary += " (the script does not resume bitwise on the reference either: compared within the loss tolerance)"
     return {"verdict": PASS if ok else FAIL, "summary": summary, "checkpoint_every": every, "killed_at_step": kill_at,

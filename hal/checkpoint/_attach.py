@@ -20,8 +20,9 @@ The script is not changed.  Its optimizer's steps (torch's global optimizer-step
 
 What cannot be restored from outside, and is said once (logger ``hal.checkpoint``): a loader saved
 in a later epoch than the restarted script is in (the script's own epoch loop starts over), and the
-script's own counters (a ``global_step`` of its own, its logging).  A script that resumes itself
-(``hal.checkpoint.Checkpointer``, ``Trainer(resume_from_checkpoint=...)``) needs none of this.
+script's own counters (a ``global_step`` of its own, its logging).  A script that checkpoints itself
+with ``hal.checkpoint.Checkpointer`` is left to it: hal saves and loads nothing, records where the
+script resumed (a ``resume`` event, ``by: script``) and numbers ``hal run --metrics`` records on from there.
 
 ``HAL_CHECKPOINT_KILL_AT=STEP[@RANK]`` is the rehearsal of a failure (``hal accept``'s stability
 section): on the first attempt, rank RANK (default 0) waits for the save in progress, records a ``killed`` event
@@ -209,9 +210,14 @@ class AttachedCheckpoint:
         self.positions: List[_Position] = []
         self.data = _DataPosition(self.positions, _saved_position(folder))
         self.saver: Optional[Checkpointer] = None
-        #: called with the step a resumed run goes on from (``hal run --metrics`` renumbers its records)
-        self.on_resume: List[Callable[[int], None]] = []
+        #: the script's own Checkpointer, when it checkpoints itself: then hal saves and loads nothing
+        self.script_saver: Optional[Checkpointer] = None
+        #: called with the step a resumed run goes on from, and whether the step now ending was replaced by the
+        #: checkpoint (hal's resume) or not yet taken (the script's own, at its start): ``hal run --metrics``
+        #: numbers its records on from there
+        self.on_resume: List[Callable[[int, bool], None]] = []
         self.resumed_from: Optional[int] = None
+        self._building = False
         self._patches = Patches()
 
     def _start(self, optimizer) -> None:
@@ -222,14 +228,38 @@ class AttachedCheckpoint:
                                   "module training can be checkpointed from outside the script")
         model = roots[0] if len(roots) == 1 else torch.nn.ModuleDict({str(i): m for i, m in enumerate(roots)})
         states = {"hal.data": self.data}
-        states.update({f"scheduler.{i}": s for i, s in enumerate(self.schedulers)})
-        self.saver = Checkpointer(self.folder, every=self.every, model=model, optimizer=optimizer,
-                                  scaler=self.scaler, states=states)
+        schedulers = [s for s in self.schedulers if getattr(s, "optimizer", None) is optimizer]
+        states.update({f"scheduler.{i}": s for i, s in enumerate(schedulers)})
+        self._building = True
+        try:
+            self.saver = Checkpointer(self.folder, every=self.every, model=model, optimizer=optimizer,
+                                      scaler=self.scaler, states=states)
+        finally:
+            self._building = False
         ck = self.saver.resume()
         if ck is not None:
             self.step = self.resumed_from = ck.step
             for fn in self.on_resume:
-                fn(ck.step)
+                fn(ck.step, True)
+
+    def _script_checkpoints(self, saver: Checkpointer) -> None:
+        """The script built a Checkpointer of its own: it saves and resumes itself, hal only watches."""
+        if self.script_saver is None:
+            self.script_saver = saver
+            if _dist.rank_world()[0] == 0:
+                _events.record(self.folder, "script_checkpointer", rank=0, step=None, dir=str(saver.dir),
+                               every=saver.every)
+                log.warning("hal.checkpoint: the script checkpoints itself (hal.checkpoint.Checkpointer into %s): "
+                            "hal run --checkpoint saves and loads nothing of its own", saver.dir)
+
+    def _script_resumed(self, step: int) -> None:
+        """The script's own Checkpointer resumed at ``step`` (before its first step)."""
+        self.step = self.resumed_from = step
+        if _dist.rank_world()[0] == 0:
+            _events.record(self.folder, "resume", rank=0, step=step, by="script",
+                           path=str(self.script_saver.dir) if self.script_saver else None)
+        for fn in self.on_resume:
+            fn(step, False)
 
     def after_step(self, optimizer) -> None:
         if self.optimizer is None:
@@ -239,21 +269,23 @@ class AttachedCheckpoint:
         for pos in self.positions:
             if pos.first_step_batches is None and pos.batches:
                 pos.first_step_batches = pos.batches
-        if self.saver is None:
+        if self.saver is None and self.script_saver is None:
             self._start(optimizer)
             if self.resumed_from is not None:
                 return  # this step's work was replaced by the checkpoint's
         self.step += 1
-        self.saver.step(self.step)
+        saver = self.script_saver or self.saver
+        if saver is self.saver:
+            saver.step(self.step)
         if self.kill_at == self.step and _events.attempt() == 0 and _dist.rank_world()[0] == self.kill_rank:
-            self.saver.wait()  # the rehearsal resumes from the newest save, not from one the kill cut short
+            saver.wait()  # the rehearsal resumes from the newest save, not from one the kill cut short
             _events.record(self.folder, "killed", rank=self.kill_rank, step=self.step,
                            why=f"{ENV_KILL_AT}: a failure rehearsed at the end of step {self.step}")
             os.kill(os.getpid(), signal.SIGKILL)
 
     def install(self) -> "AttachedCheckpoint":
         """Hook torch (the optimizer-step post hook, ``DataLoader.__iter__``, ``LRScheduler.__init__``,
-        ``GradScaler.__init__``) until :meth:`close`."""
+        ``GradScaler.__init__``) and a Checkpointer of the script's own until :meth:`close`."""
         from torch.optim.lr_scheduler import LRScheduler
         from torch.optim.optimizer import register_optimizer_step_post_hook
         from torch.utils.data import DataLoader
@@ -283,6 +315,21 @@ class AttachedCheckpoint:
             if all(s is not self_ for s in me.schedulers):
                 me.schedulers.append(self_)
         self._patches.set(LRScheduler, "__init__", tracked_sched_init)
+
+        ck_init, ck_resume = Checkpointer.__dict__["__init__"], Checkpointer.__dict__["resume"]
+
+        def watched_ck_init(self_, *args, **kwargs):
+            ck_init(self_, *args, **kwargs)
+            if not me._building:
+                me._script_checkpoints(self_)
+        self._patches.set(Checkpointer, "__init__", watched_ck_init)
+
+        def watched_resume(self_, *args, **kwargs):
+            ck = ck_resume(self_, *args, **kwargs)
+            if ck is not None and self_ is me.script_saver:
+                me._script_resumed(ck.step)
+            return ck
+        self._patches.set(Checkpointer, "resume", watched_resume)
 
         scaler = torch.amp.GradScaler
         scaler_init = scaler.__dict__["__init__"]

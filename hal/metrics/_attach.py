@@ -192,12 +192,13 @@ class AttachedMetrics:
         if optimizer is self.optimizer and self.want_grad_norm:
             self.grad_norm = _grad_norm(optimizer)
 
-    def resumed(self, step: int) -> None:
-        """The run goes on from a checkpoint of ``step`` (``hal run --checkpoint``), loaded at the end of
-        the restarted script's first step: that step's work was replaced, so it is not recorded, and the
-        next record is step ``step + 1``, timed from now."""
+    def resumed(self, step: int, replaced: bool = True) -> None:
+        """The run goes on from a checkpoint of ``step`` (``hal run --checkpoint``): the next record is step
+        ``step + 1``.  ``replaced``: the checkpoint was loaded at the end of the restarted script's first step,
+        whose work it replaced: that step is not recorded, and the next one is timed from now; else the
+        script resumed itself before its first step."""
         self.step = int(step)
-        self._skip_step = True
+        self._skip_step = bool(replaced)
 
     def after_step(self, optimizer) -> None:
         if optimizer is not self.optimizer:

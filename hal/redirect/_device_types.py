@@ -39,6 +39,9 @@ CPU_KEEPS = ("set_device_states",)
 OWN_WRAPPER = ("fork_rng",)
 #: the modules a script reaches those calls from (the same function objects, re-exported)
 RE_EXPORTS = ("torch.distributed", "torch.distributed.tensor", "torch.amp", "torch")
+#: re-exporting modules not imported for the script (``torch.distributed.tensor`` costs half a second): one the
+#: script imports later copies hal's wrapper, and is given torch's function back when the redirection ends
+LATE_RE_EXPORTS = ("torch.distributed.tensor",)
 
 
 def _is_cuda_type(value) -> bool:
@@ -86,13 +89,17 @@ def _install_get_device_module(t: Redirection) -> None:
 def install(t: Redirection) -> None:
     """Wrap every call of :data:`DEVICE_TYPE_CALLS` (and where torch re-exports it) and
     ``torch.get_device_module``."""
-    # the re-exporting modules imported before any patch: one first imported in the middle would copy
-    # hal's wrapper from a module already patched, be left out, and keep the wrapper after the restore
+    # the re-exporting modules imported before any patch, but for the costly ones: one imported later copies
+    # hal's wrapper from a module already patched (the script's calls through it are redirected too), and
+    # gets torch's function back at the restore (_unwrap_late_copies)
     for alias in RE_EXPORTS:
+        if alias in LATE_RE_EXPORTS and alias not in sys.modules:
+            continue
         try:
             importlib.import_module(alias)
         except ImportError:  # a torch built without distributed
             pass
+    wrapped: dict = {}  # attribute -> (hal's wrapper, torch's function)
     for modname, attr, pos, kw, cuda_default in DEVICE_TYPE_CALLS:
         try:
             owner = importlib.import_module(modname)
@@ -111,12 +118,24 @@ def install(t: Redirection) -> None:
         t.patch(owner, meth or attr, wrapper)
         if cls_name:
             continue
+        wrapped[attr] = (wrapper, orig)
         for alias in RE_EXPORTS:
             mod = sys.modules.get(alias)
             if mod is not None and mod.__name__ != modname and getattr(mod, attr, None) is orig:
                 t.patch(mod, attr, wrapper)
+    t.on_restore(lambda: _unwrap_late_copies(wrapped))
     _install_get_device_module(t)
     _install_fork_rng(t)
+
+
+def _unwrap_late_copies(wrapped: dict) -> None:
+    """Give torch's functions back to the re-exporting modules first imported while the redirection was in
+    force (they copied hal's wrappers, which no patch of theirs records)."""
+    for alias in LATE_RE_EXPORTS:
+        mod = sys.modules.get(alias)
+        for attr, (wrapper, orig) in wrapped.items():
+            if mod is not None and getattr(mod, attr, None) is wrapper:
+                setattr(mod, attr, orig)
 
 
 def _install_fork_rng(t: Redirection) -> None:

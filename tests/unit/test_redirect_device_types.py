@@ -116,3 +116,23 @@ def test_dataloader_pin_memory_true_makes_ordinary_batches_without_torchs_warnin
         by_pos = next(iter(DataLoader(data, 2, False, None, None, 0, None, True)))[0]
         assert by_kw.tolist() == by_pos.tolist() == [[0.0], [1.0]]
         assert [r["call"] for r in t.log.rows("not_redirected")].count("DataLoader(pin_memory=True)") == 2
+
+
+def test_a_re_exporting_module_the_script_imports_late_is_redirected_and_given_back(tmp_path):
+    # hal does not import torch.distributed.tensor for every script (half a second); a script that imports
+    # it while redirected gets the wrapped init_device_mesh there too, and torch's own after the end
+    import subprocess
+    import sys
+
+    code = ("import sys, torch, hal.redirect\n"
+            "from hal.plugin.registry import Registry\n"
+            "assert 'torch.distributed.tensor' not in sys.modules\n"
+            "backend = Registry(env={'HAL_BACKEND': 'emu'}).selected().backend\n"
+            "with hal.redirect.enable(backend):\n"
+            "    import torch.distributed.tensor as dt\n"
+            "    during = getattr(dt.init_device_mesh, '__hal_redirect__', False)\n"
+            "from torch.distributed.device_mesh import init_device_mesh\n"
+            "print(during, dt.init_device_mesh is init_device_mesh)\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert p.stdout.split() == ["True", "True"]
