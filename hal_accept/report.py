@@ -43,7 +43,8 @@ def terminal(report: dict) -> str:
         lines.append(f"  stability {name}: {rehearsal_line(e)}")
     for name, e in (stab.get("portability") or {}).items():
         lines.append(f"  stability {name}: the reference's checkpoint of step {e['step']}: "
-                     + ("resumed, losses within tolerance" if e.get("ok") else e.get("why", "differs")))
+                     + (e.get("note") or "resumed, losses within tolerance" if e.get("ok") else
+                        e.get("why") or "the losses after it differ from the reference's"))
     for name, t in report["sections"].get("operators", {}).get("targets", {}).items():
         if "onnx" in t:
             lines.append(f"  {name}: ONNX: {onnx_line(t['onnx'])}")
@@ -221,7 +222,7 @@ def _stability_html(s: dict, report: dict) -> str:
         c = e.get("comparison") or {}
         rows.append({"target": n, "reference checkpoint": e["checkpoint"], "step": e["step"],
                      "opened": e.get("opened"), "first divergent step": c.get("first_divergent_step"),
-                     "max rel diff": c.get("max_rel_diff"), "ok": e["ok"], "why": e.get("why")})
+                     "max rel diff": c.get("max_rel_diff"), "ok": e["ok"], "why": e.get("why") or e.get("note")})
     if rows:
         out.append("<h3>The reference's checkpoint on each target</h3>")
         out.append(_table(rows, ["target", "reference checkpoint", "step", "opened", "first divergent step",

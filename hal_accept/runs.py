@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -153,12 +154,17 @@ def hal_run(options: AcceptOptions, target: Target, label: str, host_ops: Sequen
     """``hal run`` of the script on ``target`` (its files under ``workdir/label``), ended after
     ``options.steps`` optimizer steps; ``host_ops`` run on the host (``HAL_FALLBACK_HOST``).
 
-    With ``checkpoint``: checkpointed from outside into that folder every ``checkpoint_every`` steps and
-    resumed from its newest checkpoint at the start (``hal run --checkpoint``); with ``kill_at`` too, a
-    rehearsed failure: torchrun (at least one process, one restart) restarts the group that rank 0's
-    death at the end of step ``kill_at`` stopped."""
+    ``hal run --checkpoint`` is always given: by default a fresh ``workdir/label/checkpoints`` that nothing is
+    saved into, where a script's own ``hal.checkpoint.Checkpointer`` saves instead of its folder (each run
+    starts from scratch, not from the checkpoints an earlier run left).  With ``checkpoint``: checkpointed
+    from outside into that folder every ``checkpoint_every`` steps and resumed from its newest checkpoint
+    at the start; with ``kill_at`` too, a rehearsed failure: torchrun (at least one process, one restart)
+    restarts the group that rank 0's death at the end of step ``kill_at`` stopped."""
     folder = Path(options.workdir) / label
     folder.mkdir(parents=True, exist_ok=True)
+    if checkpoint is None:
+        checkpoint, checkpoint_every = folder / "checkpoints", checkpoint_every or options.steps + 1
+        shutil.rmtree(checkpoint, ignore_errors=True)
     for old in folder.glob("run*.jsonl"):
         old.unlink()
     report = folder / "report.json"
@@ -171,10 +177,9 @@ def hal_run(options: AcceptOptions, target: Target, label: str, host_ops: Sequen
     env_set = {"HAL_METRICS_MAX_STEPS": str(options.steps), "HAL_METRICS_GRAD_NORM": "1", "HAL_METRICS_FLOPS": "1"}
     if host_ops:
         env_set["HAL_FALLBACK_HOST"] = ",".join(host_ops)
-    if checkpoint is not None:
-        args += ["--checkpoint", str(checkpoint)]
-        if checkpoint_every:
-            args += ["--checkpoint-every", str(checkpoint_every)]
+    args += ["--checkpoint", str(checkpoint)]
+    if checkpoint_every:
+        args += ["--checkpoint-every", str(checkpoint_every)]
     if kill_at:
         from hal.checkpoint import KILL_AT_ENV
 

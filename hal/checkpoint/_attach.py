@@ -21,8 +21,9 @@ The script is not changed.  Its optimizer's steps (torch's global optimizer-step
 What cannot be restored from outside, and is said once (logger ``hal.checkpoint``): a loader saved
 in a later epoch than the restarted script is in (the script's own epoch loop starts over), and the
 script's own counters (a ``global_step`` of its own, its logging).  A script that checkpoints itself
-with ``hal.checkpoint.Checkpointer`` is left to it: hal saves and loads nothing, records where the
-script resumed (a ``resume`` event, ``by: script``) and numbers ``hal run --metrics`` records on from there.
+with ``hal.checkpoint.Checkpointer`` is left to it, in ``DIR``: its Checkpointer's folder becomes ``DIR``
+(each run its own checkpoints; a ``script_checkpointer`` event names the folder the script asked for),
+hal saves and loads nothing, and ``hal run --metrics`` records go on from the step it resumed at.
 
 ``HAL_CHECKPOINT_KILL_AT=STEP[@RANK]`` is the rehearsal of a failure (``hal accept``'s stability
 section): on the first attempt, rank RANK (default 0) waits for the save in progress, records a ``killed`` event
@@ -242,22 +243,20 @@ class AttachedCheckpoint:
             for fn in self.on_resume:
                 fn(ck.step, True)
 
-    def _script_checkpoints(self, saver: Checkpointer) -> None:
-        """The script built a Checkpointer of its own: it saves and resumes itself, hal only watches."""
+    def _script_checkpoints(self, saver: Checkpointer, asked) -> None:
+        """The script built a Checkpointer of its own (into ``asked``, now ``folder``): it saves and resumes
+        itself, hal only watches."""
         if self.script_saver is None:
             self.script_saver = saver
             if _dist.rank_world()[0] == 0:
-                _events.record(self.folder, "script_checkpointer", rank=0, step=None, dir=str(saver.dir),
+                _events.record(self.folder, "script_checkpointer", rank=0, step=None, dir=str(asked),
                                every=saver.every)
                 log.warning("hal.checkpoint: the script checkpoints itself (hal.checkpoint.Checkpointer into %s): "
-                            "hal run --checkpoint saves and loads nothing of its own", saver.dir)
+                            "its checkpoints go to %s, and hal saves nothing of its own", asked, saver.dir)
 
     def _script_resumed(self, step: int) -> None:
-        """The script's own Checkpointer resumed at ``step`` (before its first step)."""
+        """The script's own Checkpointer resumed at ``step`` (before its first step; it recorded the event)."""
         self.step = self.resumed_from = step
-        if _dist.rank_world()[0] == 0:
-            _events.record(self.folder, "resume", rank=0, step=step, by="script",
-                           path=str(self.script_saver.dir) if self.script_saver else None)
         for fn in self.on_resume:
             fn(step, False)
 
@@ -318,10 +317,12 @@ class AttachedCheckpoint:
 
         ck_init, ck_resume = Checkpointer.__dict__["__init__"], Checkpointer.__dict__["resume"]
 
-        def watched_ck_init(self_, *args, **kwargs):
-            ck_init(self_, *args, **kwargs)
-            if not me._building:
-                me._script_checkpoints(self_)
+        def watched_ck_init(self_, dir, *args, **kwargs):
+            if me._building or me.saver is not None:  # hal's own; or the script's, after hal began saving
+                ck_init(self_, dir, *args, **kwargs)
+                return
+            ck_init(self_, me.folder, *args, **kwargs)  # this run's checkpoints, wherever the script keeps its own
+            me._script_checkpoints(self_, dir)
         self._patches.set(Checkpointer, "__init__", watched_ck_init)
 
         def watched_resume(self_, *args, **kwargs):

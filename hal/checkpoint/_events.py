@@ -6,7 +6,10 @@
   timed out waiting for a hung rank, the error a dead peer caused, the script's own);
 * ``save_failed`` -- a save could not be written (disk full...) and training went on;
 * ``resume`` -- a (re)started group resumed from a checkpoint;
-* ``closed`` -- the loop ended normally.
+* ``closed`` -- the loop ended normally;
+* ``killed`` -- ``hal run --checkpoint``'s rehearsed failure (``HAL_CHECKPOINT_KILL_AT``): the rank that
+  kills itself says so first;
+* ``script_checkpointer`` -- ``hal run --checkpoint`` found the script checkpointing itself (a note).
 
 A rank killed by a signal (SIGKILL, the OOM killer, a stopped rank that its launcher
 killed) cannot write anything: at resume, the ranks of the failed attempt that left no
@@ -74,12 +77,13 @@ def read(root) -> List[dict]:
 
 
 def since_last_start(events: List[dict]) -> List[dict]:
-    """The events after the last ``resume`` / ``closed`` / fresh start: what ended the previous attempt."""
+    """The events after the last ``resume`` / ``closed`` / fresh start that tell what ended the previous
+    attempt (``failure``, ``save_failed``, ``killed``; not ``hal run --checkpoint``'s notes)."""
     tail: List[dict] = []
     for rec in events:
         if rec.get("event") in ("resume", "closed", "start"):
             tail = []
-        else:
+        elif rec.get("event") in ("failure", "save_failed", "killed"):
             tail.append(rec)
     return tail
 
@@ -106,10 +110,12 @@ def _short(error: Optional[dict]) -> str:
 def restart_lines(tail: List[dict], world_size: int, resumed_step: int, resumed_from: str,
                   restarted: bool = False) -> List[str]:
     """One line per failure of the attempt that ended, one per silent rank, one for the resume."""
-    failures = [r for r in tail if r.get("event") == "failure"]
+    failures = [r for r in tail if r.get("event") in ("failure", "killed")]
     last = max((r["step"] for r in tail if isinstance(r.get("step"), int)), default=None)
     lines = [f"rank {r.get('rank')} failed at step {r.get('step')} on {r.get('host')} "
-             f"(attempt {r.get('attempt')}): {_short(r.get('error'))}" for r in failures]
+             f"(attempt {r.get('attempt')}): {_short(r.get('error'))}" if r["event"] == "failure" else
+             f"rank {r.get('rank')} was killed at step {r.get('step')} on {r.get('host')} (attempt "
+             f"{r.get('attempt')}): {r.get('why')}" for r in failures]
     reported = {r.get("rank") for r in failures}
     if failures:
         lines += [f"rank {rank} sent no report (last step seen: {last}): it was ended by a signal "

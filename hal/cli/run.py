@@ -89,7 +89,8 @@ def add_parser(sub):
     p.add_argument("--checkpoint", metavar="DIR",
                    help="checkpoint the training state from outside the script into DIR every "
                         "--checkpoint-every optimizer steps, and resume from DIR's newest checkpoint when the "
-                        "script starts again (a torchrun restart, or by hand); docs/fault-tolerance.md")
+                        "script starts again (a torchrun restart, or by hand); a script with its own "
+                        "hal.checkpoint.Checkpointer keeps checkpointing itself, into DIR; docs/fault-tolerance.md")
     p.add_argument("--checkpoint-every", type=int, metavar="N",
                    help="with --checkpoint: save every N optimizer steps (default 100)")
     p.add_argument("--quiet", action="store_true",

@@ -35,6 +35,7 @@ from typing import List, Optional
 
 import torch
 
+from hal.metrics._comm import CommWatch
 from hal.metrics._compute_dtype import ComputeDtypes
 from hal.metrics._logger import MetricsLogger
 from hal.util.patches import Patches
@@ -165,7 +166,9 @@ class AttachedMetrics:
     # -- what the hooks see -------------------------------------------------------------
     def _start(self) -> None:
         if self.logger is None:
-            self.logger = MetricsLogger(self.folder, self.run, comm=self.ddp, straggler_factor=None)
+            # a DDP model the script's own MetricsLogger watches is timed there: one watch per model
+            comm = self.ddp if self.ddp is not None and not CommWatch.watched(self.ddp) else None
+            self.logger = MetricsLogger(self.folder, self.run, comm=comm, straggler_factor=None)
             self.logger.start()
 
     def batch(self, batch) -> None:

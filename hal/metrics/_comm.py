@@ -122,9 +122,14 @@ class CommWatch:
                            "torch.distributed.fsdp.fully_shard applied; watch the wrapped model (the object "
                            "DistributedDataParallel(...) or fully_shard(...) returned)")
 
+    @staticmethod
+    def watched(model) -> bool:
+        """True when a DDP ``model`` is watched already (by the script's own MetricsLogger)."""
+        return getattr(model, "_hal_comm_watch", None) is not None
+
     # -- DDP -------------------------------------------------------------------------------
     def _watch_ddp(self, ddp) -> None:
-        if getattr(ddp, "_hal_comm_watch", None) is not None:
+        if self.watched(ddp):
             raise HalError("watch(model): this DistributedDataParallel module is watched already; one "
                            "MetricsLogger.watch per model")
         ddp._hal_comm_watch = self

@@ -52,3 +52,32 @@ def test_the_checkpoint_options_are_checked(capsys, tmp_path):
     assert "--checkpoint-every needs --checkpoint DIR" in capsys.readouterr().err
     assert main(["run", "--checkpoint", str(tmp_path / "ck"), "--checkpoint-every", "0", str(script)]) == 2
     assert "give a number of optimizer steps above 0" in capsys.readouterr().err
+
+
+def test_a_script_that_checkpoints_itself_is_left_to_it_in_the_runs_folder(tmp_path):
+    script = tmp_path / "own.py"
+    script.write_text(
+        "import torch, hal.checkpoint\n"
+        "model = torch.nn.Linear(4, 1).cuda()\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "saver = hal.checkpoint.Checkpointer('own', every=2, model=model, optimizer=opt, async_save=False)\n"
+        "ck = saver.resume()\n"
+        "step = ck.step if ck else 0\n"
+        "while step < 4:\n"
+        "    model(torch.randn(8, 4, device='cuda')).pow(2).mean().backward()\n"
+        "    opt.step(); opt.zero_grad()\n"
+        "    step += 1\n"
+        "    saver.step(step)\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HAL_METRICS", "HAL_CHECKPOINT"))}
+    for _ in range(2):  # the second run resumes from the first's step 4, in the run's folder
+        p = subprocess.run([sys.executable, "-m", "hal", "run", "--quiet", "--metrics", "m", "--checkpoint", "ck",
+                            "--checkpoint-every", "1", str(script)], env=dict(env, HAL_BACKEND="emu"), cwd=tmp_path,
+                           capture_output=True, text=True, timeout=300)
+        assert p.returncode == 0, p.stderr[-3000:]
+    assert not (tmp_path / "own").exists()  # the folder the script asked for: each run keeps its own instead
+    assert sorted(d.name for d in (tmp_path / "ck").glob("step-*")) == ["step-00000002", "step-00000004"]  # its every=2
+    events = read_events(tmp_path / "ck")
+    assert [e["dir"] for e in events if e["event"] == "script_checkpointer"] == ["own", "own"]
+    assert [e["step"] for e in events if e["event"] == "resume"] == [4]
+    steps = [r["step"] for r in _records(tmp_path / "m" / "run.jsonl")]
+    assert steps == [1, 2, 3, 4]  # the resumed run had nothing left to do: no step 1 again
