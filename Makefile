@@ -79,13 +79,15 @@ chaos:
 # the fallback zoo trains with; about 8 minutes)
 long:
 	$(PY) -m pytest -q -m long
-# hal accept on a bundled CUDA-written script against the emulator with Moore Threads' operator coverage, then
-# the same with a vendor plugin whose gelu is wrong (the bisection names it): build/accept-demo/*.html (docs/accept.md);
+# hal accept on a bundled CUDA-written script against the emulator with Moore Threads' operator coverage (with a
+# stability rehearsal, inference on a tiny GPT-2 and a small ONNX export's rewrite and INT8), then the same with a
+# vendor plugin whose gelu is wrong (the bisection names it): build/accept-demo/*.html (docs/accept.md);
 # a rejection (exit 1: a gate fails, as the emulator's speed may) is a result here, a failed run (3) is not
 accept-demo: setup
 	mkdir -p build/accept-demo
+	PYTHONPATH=tests/accept $(PY) -c "from onnx_models import mlp_with_gelu; mlp_with_gelu('build/accept-demo/mlp.onnx')"
 	$(PY) -m hal accept --target emu:musa-2.7 --steps 10 --workdir build/accept-demo/runs \
-		--model tests/accept/tiny-gpt2 --batches 1,2,4,8,16,32 \
+		--model tests/accept/tiny-gpt2 --batches 1,2,4,8,16,32 --onnx build/accept-demo/mlp.onnx \
 		-o build/accept-demo/accept.html --json build/accept-demo/accept.json examples/cuda_train.py --steps 12 \
 		|| test $$? -eq 1
 	HAL_PLUGINS=wrong_gelu PYTHONPATH=tests/accept $(PY) -m hal accept --steps 6 --loss-rtol 1e-4 \
