@@ -189,6 +189,18 @@ def _modules_holding(params) -> list:
     return roots
 
 
+def _drives(wrapper, optimizer) -> bool:
+    """True when ``wrapper`` is ``optimizer`` or wraps it (accelerate's ``AcceleratedOptimizer``, a
+    scheduler's optimizer in the HF Trainer, keeps the torch optimizer as ``.optimizer``)."""
+    for _ in range(4):
+        if wrapper is optimizer:
+            return True
+        wrapper = getattr(wrapper, "optimizer", None)
+        if wrapper is None:
+            return False
+    return False
+
+
 def _parse_kill(text: str):
     m = re.fullmatch(r"\s*(\d+)\s*(?:@\s*(\d+)\s*)?", text or "")
     if not m or int(m.group(1)) < 1:
@@ -229,7 +241,7 @@ class AttachedCheckpoint:
                                   "module training can be checkpointed from outside the script")
         model = roots[0] if len(roots) == 1 else torch.nn.ModuleDict({str(i): m for i, m in enumerate(roots)})
         states = {"hal.data": self.data}
-        schedulers = [s for s in self.schedulers if getattr(s, "optimizer", None) is optimizer]
+        schedulers = [s for s in self.schedulers if _drives(getattr(s, "optimizer", None), optimizer)]
         states.update({f"scheduler.{i}": s for i, s in enumerate(schedulers)})
         self._building = True
         try:
