@@ -130,9 +130,13 @@ def test_a_re_exporting_module_the_script_imports_late_is_redirected_and_given_b
             "backend = Registry(env={'HAL_BACKEND': 'emu'}).selected().backend\n"
             "with hal.redirect.enable(backend):\n"
             "    import torch.distributed.tensor as dt\n"
+            "    if not hasattr(dt, 'init_device_mesh'):\n"
+            "        raise SystemExit(print('absent'))\n"
             "    during = getattr(dt.init_device_mesh, '__hal_redirect__', False)\n"
             "from torch.distributed.device_mesh import init_device_mesh\n"
             "print(during, dt.init_device_mesh is init_device_mesh)\n")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert p.returncode == 0, p.stderr[-2000:]
+    if p.stdout.split() == ["absent"]:
+        pytest.skip(f"torch {torch.__version__}: torch.distributed.tensor re-exports no init_device_mesh (from 2.6)")
     assert p.stdout.split() == ["True", "True"]
