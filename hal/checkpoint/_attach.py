@@ -44,7 +44,7 @@ import torch
 from hal.checkpoint import _dist, _events
 from hal.checkpoint._checkpointer import Checkpointer
 from hal.checkpoint._errors import CheckpointError
-from hal.util.patches import Patches
+from hal.util.patches import Patches, WatchedIterator
 
 log = logging.getLogger("hal.checkpoint")
 
@@ -69,38 +69,8 @@ class _Position:
     def state(self) -> dict:
         return {"epoch": self.epoch, "batches": self.batches, "first_step_batches": self.first_step_batches}
 
-
-class _PositionIterator:
-    """A DataLoader's iterator that counts what it hands out; everything else is the iterator's own."""
-
-    def __init__(self, inner, position: _Position):
-        self._inner, self._position = inner, position
-
-    def __iter__(self):
-        return self
-
-    def __next__(self):
-        batch = next(self._inner)
-        self._position.batches += 1
-        return batch
-
-    def skip(self, n: int) -> int:
-        """Draw and drop ``n`` batches; the number actually dropped (fewer at the epoch's end)."""
-        done = 0
-        for _ in range(n):
-            try:
-                next(self._inner)
-            except StopIteration:
-                break
-            done += 1
-        self._position.batches += done
-        return done
-
-    def __len__(self):
-        return len(self._inner)
-
-    def __getattr__(self, name):
-        return getattr(self._inner, name)
+    def count(self, batch) -> None:
+        self.batches += 1
 
 
 class _DataPosition:
@@ -117,20 +87,17 @@ class _DataPosition:
     def __init__(self, positions: List[_Position], saved: Optional[dict] = None):
         self.positions = positions
         self.saved = saved  # the newest checkpoint's position, read when the process started
-        self.replayed: set = set()
 
     def state_dict(self) -> dict:
         return {"loaders": [p.state() for p in self.positions]}
 
-    def replay(self, index: int, iterator: _PositionIterator) -> None:
-        """Move loader ``index``'s first epoch on to where the saved run's last step began."""
+    def replay(self, index: int, iterator: WatchedIterator) -> None:
+        """Move loader ``index``'s first epoch (just begun) on to where the saved run's last step began."""
         loaders = (self.saved or {}).get("loaders", [])
-        if index in self.replayed or index >= len(loaders):
-            return
-        self.replayed.add(index)
-        saved = loaders[index]
-        if saved["epoch"] == 0 and saved.get("first_step_batches") is not None:
-            iterator.skip(max(0, int(saved["batches"]) - int(saved["first_step_batches"])))
+        saved = loaders[index] if index < len(loaders) else None
+        if saved and saved["epoch"] == 0 and saved.get("first_step_batches") is not None:
+            ahead = max(0, int(saved["batches"]) - int(saved["first_step_batches"]))
+            self.positions[index].batches += iterator.skip(ahead)
 
     def load_state_dict(self, state: dict) -> None:
         for i, saved in enumerate(state.get("loaders", [])):
@@ -230,6 +197,8 @@ class AttachedCheckpoint:
         #: numbers its records on from there
         self.on_resume: List[Callable[[int, bool], None]] = []
         self.resumed_from: Optional[int] = None
+        #: True when nothing can be checkpointed from outside (said once); the script runs on
+        self.off = False
         self._building = False
         self._patches = Patches()
 
@@ -237,8 +206,12 @@ class AttachedCheckpoint:
         """At the end of the first step: build the Checkpointer and resume from ``folder`` if it holds one."""
         roots = _modules_holding([p for g in optimizer.param_groups for p in g["params"]])
         if not roots:
-            raise CheckpointError("hal run --checkpoint: no nn.Module holds the optimizer's parameters; only "
-                                  "module training can be checkpointed from outside the script")
+            self.off = True
+            if _dist.rank_world()[0] == 0:
+                log.warning("hal.checkpoint: hal run --checkpoint: no nn.Module holds the optimizer's parameters, "
+                            "so nothing is checkpointed from outside; hold them in a module (torch.nn.ParameterList) "
+                            "or checkpoint in the script with hal.checkpoint.Checkpointer")
+            return
         model = roots[0] if len(roots) == 1 else torch.nn.ModuleDict({str(i): m for i, m in enumerate(roots)})
         states = {"hal.data": self.data}
         schedulers = [s for s in self.schedulers if _drives(getattr(s, "optimizer", None), optimizer)]
@@ -280,16 +253,17 @@ class AttachedCheckpoint:
         for pos in self.positions:
             if pos.first_step_batches is None and pos.batches:
                 pos.first_step_batches = pos.batches
+        if self.off:
+            return
         if self.saver is None and self.script_saver is None:
             self._start(optimizer)
-            if self.resumed_from is not None:
-                return  # this step's work was replaced by the checkpoint's
+            if self.off or self.resumed_from is not None:
+                return  # nothing to checkpoint; or this step's work was replaced by the checkpoint's
         self.step += 1
-        saver = self.script_saver or self.saver
-        if saver is self.saver:
-            saver.step(self.step)
+        if self.script_saver is None:
+            self.saver.step(self.step)
         if self.kill_at == self.step and _events.attempt() == 0 and _dist.rank_world()[0] == self.kill_rank:
-            saver.wait()  # the rehearsal resumes from the newest save, not from one the kill cut short
+            (self.script_saver or self.saver).wait()  # the rehearsal resumes from the newest save, not a cut one
             _events.record(self.folder, "killed", rank=self.kill_rank, step=self.step,
                            why=f"{ENV_KILL_AT}: a failure rehearsed at the end of step {self.step}")
             os.kill(os.getpid(), signal.SIGKILL)
@@ -313,7 +287,7 @@ class AttachedCheckpoint:
                 pos = by_loader[loader] = _Position()
                 me.positions.append(pos)
             pos.epoch, pos.batches, pos.first_step_batches = pos.epoch + 1, 0, None
-            iterator = _PositionIterator(dl_iter(loader), pos)
+            iterator = WatchedIterator(dl_iter(loader), pos.count)
             if pos.epoch == 0:
                 me.data.replay(me.positions.index(pos), iterator)
             return iterator

@@ -38,7 +38,7 @@ import torch
 from hal.metrics._comm import CommWatch
 from hal.metrics._compute_dtype import ComputeDtypes
 from hal.metrics._logger import MetricsLogger
-from hal.util.patches import Patches
+from hal.util.patches import Patches, WatchedIterator
 
 #: the folder ``hal run --metrics DIR`` gives every process of the run (torchrun's ranks, child processes)
 ENV_DIR = "HAL_METRICS_DIR"
@@ -90,28 +90,6 @@ def _counts(batch):
     first = _first_tensor(batch)
     samples = int(first.shape[0]) if first is not None and first.dim() > 0 else None
     return samples, _tokens(batch)
-
-
-class _CountingIterator:
-    """A DataLoader's iterator that tells :class:`AttachedMetrics` of each batch; everything else is the
-    iterator's own (``len``, attributes, ``StatefulDataLoader``'s state)."""
-
-    def __init__(self, inner, sink: "AttachedMetrics"):
-        self._inner, self._sink = inner, sink
-
-    def __iter__(self):
-        return self
-
-    def __next__(self):
-        batch = next(self._inner)
-        self._sink.batch(batch)
-        return batch
-
-    def __len__(self):
-        return len(self._inner)
-
-    def __getattr__(self, name):
-        return getattr(self._inner, name)
 
 
 def _from_hal(frame) -> bool:
@@ -222,11 +200,7 @@ class AttachedMetrics:
             scalars["grad_norm"] = self.grad_norm
         compute_dtype = None
         if self._counter is not None:  # the step counted: its forward, backward and optimizer step
-            self._dtypes.__exit__(None, None, None)
-            compute_dtype = self._dtypes.dominant()
-            self._counter.__exit__(None, None, None)
-            scalars["flops"] = float(self._counter.get_total_flops())
-            self._counter = self._dtypes = None
+            scalars["flops"], compute_dtype = self._stop_counting()
         lr = optimizer.param_groups[0].get("lr") if optimizer.param_groups else None
         if lr is not None:
             scalars["lr"] = float(lr)
@@ -242,6 +216,14 @@ class AttachedMetrics:
             self._counter.__enter__()
             self._dtypes = ComputeDtypes()
             self._dtypes.__enter__()
+
+    def _stop_counting(self):
+        """Leave the counted step's modes: its FLOPs and the dtype most of its matrix products ran in."""
+        self._dtypes.__exit__(None, None, None)
+        self._counter.__exit__(None, None, None)
+        counted = float(self._counter.get_total_flops()), self._dtypes.dominant()
+        self._counter = self._dtypes = None
+        return counted
 
     # -- installing ---------------------------------------------------------------------
     def install(self) -> "AttachedMetrics":
@@ -270,7 +252,7 @@ class AttachedMetrics:
         dl_iter = DataLoader.__iter__
 
         def counting_iter(loader):
-            return _CountingIterator(dl_iter(loader), me)
+            return WatchedIterator(dl_iter(loader), me.batch)
         self._patches.set(DataLoader, "__iter__", counting_iter)
 
         scaler = torch.amp.GradScaler
@@ -296,9 +278,7 @@ class AttachedMetrics:
     def close(self) -> None:
         """Remove the hooks and close the logger (its files are complete)."""
         if self._counter is not None:  # the script ended inside the counted step
-            self._dtypes.__exit__(None, None, None)
-            self._counter.__exit__(None, None, None)
-            self._counter = self._dtypes = None
+            self._stop_counting()
         self._patches.undo()
         if self.logger is not None:
             self.logger.close()

@@ -7,12 +7,13 @@ torch's methods and registers torch's global hooks this way.
     patches = Patches()
     patches.set(DataLoader, "__iter__", counting_iter)   # the class's own attribute is kept
     patches.hook(register_optimizer_step_post_hook(after_step))
+    loader_iter = WatchedIterator(iter(loader), on_item=count)  # what the loader hands out, counted
     ...
     patches.undo()                                       # newest first: stacked wrappers unwind
 """
 from __future__ import annotations
 
-from typing import Any, List, Tuple
+from typing import Any, Callable, List, Tuple
 
 
 class Patches:
@@ -41,3 +42,36 @@ class Patches:
         for owner, name, old in reversed(self._undo):
             setattr(owner, name, old)
         self._undo.clear()
+
+
+class WatchedIterator:
+    """An iterator (a ``DataLoader``'s) that tells ``on_item`` of each item it hands out; everything else is the
+    inner iterator's own (``len``, attributes, a ``StatefulDataLoader`` iterator's state)."""
+
+    def __init__(self, inner, on_item: Callable[[Any], None]):
+        self._inner, self._on_item = inner, on_item
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        item = next(self._inner)
+        self._on_item(item)
+        return item
+
+    def skip(self, n: int) -> int:
+        """Draw and drop up to ``n`` items without telling ``on_item``; the number dropped (fewer at the end)."""
+        done = 0
+        for _ in range(n):
+            try:
+                next(self._inner)
+            except StopIteration:
+                break
+            done += 1
+        return done
+
+    def __len__(self):
+        return len(self._inner)
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)

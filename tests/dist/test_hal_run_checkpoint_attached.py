@@ -81,3 +81,30 @@ def test_a_script_that_checkpoints_itself_is_left_to_it_in_the_runs_folder(tmp_p
     assert [e["step"] for e in events if e["event"] == "resume"] == [4]
     steps = [r["step"] for r in _records(tmp_path / "m" / "run.jsonl")]
     assert steps == [1, 2, 3, 4]  # the resumed run had nothing left to do: no step 1 again
+
+
+def test_a_bad_setting_is_one_line_and_a_script_without_modules_runs_on(capsys, monkeypatch, tmp_path):
+    from hal.checkpoint import ATTACH_DIR_ENV, ATTACH_EVERY_ENV, KILL_AT_ENV
+
+    script = tmp_path / "train.py"
+    script.write_text("raise SystemExit(0)\n")
+    monkeypatch.setenv(ATTACH_DIR_ENV, "")  # restored after the test: hal run sets it for its processes
+    for name, value in ((ATTACH_EVERY_ENV, "x"), (KILL_AT_ENV, "soon")):
+        monkeypatch.setenv(name, value)
+        assert main(["run", "--checkpoint", str(tmp_path / "ck"), str(script)]) == 3
+        err = capsys.readouterr().err
+        assert f"hal run: error: {name}={value!r}: give" in err and "Traceback" not in err
+        monkeypatch.delenv(name)
+    # the optimizer steps bare tensors: nothing to checkpoint from outside, said once; the script trains on
+    bare = tmp_path / "bare.py"
+    bare.write_text("import torch\nw = torch.zeros(3, requires_grad=True, device='cuda')\n"
+                    "opt = torch.optim.SGD([w], lr=0.1)\n"
+                    "for _ in range(3):\n    (w - 1).pow(2).sum().backward(); opt.step(); opt.zero_grad()\n"
+                    "print('trained', round(float(w[0]), 3))\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HAL_METRICS", "HAL_CHECKPOINT"))}
+    p = subprocess.run([sys.executable, "-m", "hal", "run", "--quiet", "--checkpoint", "ck", "--checkpoint-every", "1",
+                        str(bare)], env=dict(env, HAL_BACKEND="emu"), cwd=tmp_path, capture_output=True, text=True,
+                       timeout=300)
+    assert p.returncode == 0 and "trained 0.488" in p.stdout, p.stderr[-3000:]
+    assert p.stderr.count("no nn.Module holds the optimizer's parameters") == 1 and "Traceback" not in p.stderr
+    assert not list((tmp_path / "ck").glob("step-*"))
