@@ -12,14 +12,10 @@ from typing import Callable, Dict, List, Optional
 from hal_accept.numerics import bisect_ops, compare
 from hal_accept.options import AcceptOptions, Target
 from hal_accept.runs import Run, call_hal, hal_run
+from hal_accept.verdicts import FAIL, INFO, NOT_CHECKED, PASS, worst
+from hal_accept.verdicts import section as _section
 
 SCHEMA = "hal.accept/1"
-#: verdicts, worst last
-PASS, INFO, NOT_CHECKED, FAIL = "pass", "info", "not_checked", "fail"
-
-
-def _section(verdict: str, summary: str, **figures) -> dict:
-    return {"verdict": verdict, "summary": summary, **figures}
 
 
 def code_changes(options: AcceptOptions, runs: Dict[str, Run]) -> dict:
@@ -45,11 +41,6 @@ def code_changes(options: AcceptOptions, runs: Dict[str, Run]) -> dict:
                     evidence=[f"op_coverage scan {options.script} --static --json"])
 
 
-def _worst(*verdicts: str) -> str:
-    order = (PASS, INFO, NOT_CHECKED, FAIL)
-    return max(verdicts, key=order.index)
-
-
 def operators(options: AcceptOptions, trace: Optional[dict], runs: Dict[str, Run],
               progress: Callable[[str], None] = lambda s: None) -> dict:
     """The aten ops the script sent to the device, judged per target (native / host fallback / unsupported
@@ -62,7 +53,7 @@ def operators(options: AcceptOptions, trace: Optional[dict], runs: Dict[str, Run
         part = onnx_operators(options, progress)
         for t in options.targets:
             section["targets"].setdefault(t.name, {"profile": t.profile})["onnx"] = part["targets"][t.name]
-        section.update(verdict=_worst(section["verdict"], part["verdict"]),
+        section.update(verdict=worst(section["verdict"], part["verdict"]),
                        summary=f"{section['summary']}; {part['summary']}",
                        evidence=[*section.get("evidence", []), *part["evidence"]])
     return section

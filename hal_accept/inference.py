@@ -9,6 +9,7 @@ from typing import Callable, Optional
 
 from hal_accept.options import AcceptOptions, Target
 from hal_accept.runs import call_hal
+from hal_accept.verdicts import FAIL, PASS
 
 WORKER = Path(__file__).with_name("inference_worker.py")
 
@@ -44,7 +45,7 @@ def inference_section(options: AcceptOptions, progress: Callable[[str], None]) -
     ref = run_inference(options, options.reference, "inference-reference")
     evidence = [ref["command"]]
     if ref["result"] is None:
-        return {"verdict": "fail", "summary": f"the reference's generation failed (exit {ref['exit_code']})",
+        return {"verdict": FAIL, "summary": f"the reference's generation failed (exit {ref['exit_code']})",
                 "reference": ref, "targets": {}, "evidence": evidence}
     per_target, ok_all = {}, True
     for t in options.targets:
@@ -68,7 +69,7 @@ def inference_section(options: AcceptOptions, progress: Callable[[str], None]) -
         per_target[t.name] = {"run": {k: v for k, v in got.items() if k != "result"}, "rows": rows,
                               "agreement": agreement, "within_gate": ok}
     reference_rows = [{k: v for k, v in r.items() if k != "tokens"} for r in ref["result"]["rows"]]
-    return {"verdict": "pass" if ok_all else "fail",
+    return {"verdict": PASS if ok_all else FAIL,
             "summary": (f"greedy generation, {options.new_tokens} new tokens at batch sizes {list(options.batches)}: "
                         f"tokens/s >= {options.min_throughput_ratio} x the reference's at every batch size and "
                         f"token disagreement <= {options.max_token_disagreement}"),

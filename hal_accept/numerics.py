@@ -11,9 +11,10 @@ from hal_accept.runs import Run, hal_run
 
 
 def compare(reference: Sequence[Optional[float]], target: Sequence[Optional[float]], rtol: float,
-            atol: float) -> dict:
-    """Step by step: ``|target - reference| <= rtol * |reference| + atol``.  ``first_divergent_step``
-    is the 1-based step of the first that is not (or a step one run lacks), None when all agree."""
+            atol: float, first_step: int = 1) -> dict:
+    """Step by step: ``|target - reference| <= rtol * |reference| + atol``; the lists begin at step
+    ``first_step``.  ``first_divergent_step`` is the step of the first that is not (or a step one run lacks),
+    None when all agree."""
     rows, first = [], None
     for i in range(max(len(reference), len(target))):
         r = reference[i] if i < len(reference) else None
@@ -23,10 +24,10 @@ def compare(reference: Sequence[Optional[float]], target: Sequence[Optional[floa
         else:
             diff = abs(t - r)
             ok = diff <= rtol * abs(r) + atol
-        rows.append({"step": i + 1, "reference": r, "target": t, "abs_diff": diff,
+        rows.append({"step": first_step + i, "reference": r, "target": t, "abs_diff": diff,
                      "rel_diff": (diff / abs(r)) if diff is not None and r else None, "within": ok})
         if not ok and first is None:
-            first = i + 1
+            first = first_step + i
     rel = [row["rel_diff"] for row in rows if row["rel_diff"] is not None]
     return {"rtol": rtol, "atol": atol, "steps": rows, "first_divergent_step": first,
             "max_rel_diff": max(rel) if rel else None, "agree": first is None and bool(rows)}

@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional, Tuple
 
 from hal_accept.options import AcceptOptions, Target
+from hal_accept.report import int8_line, onnx_line
+from hal_accept.verdicts import FAIL, INFO, PASS
 
 
 def onnx_target(target: Target, targets) -> Tuple[Optional[str], str]:
@@ -117,22 +119,6 @@ def _runs_natively(entry: dict) -> bool:
     return rw is None or (bool(rw.get("verified")) and rw.get("remaining") == {} and not rw.get("error"))
 
 
-def _coverage_line(target: str, e: dict) -> str:
-    if e["onnx_target"] is None:
-        return f"{target}: no ONNX target"
-    if e.get("error"):
-        return f"{target} ({e['onnx_target']}): the scan failed"
-    s = e["nodes_by_status"]
-    line = (f"{target} ({e['onnx_target']}): {s['native']} of {e['nodes']} nodes native, {s['host-fallback']} host "
-            f"fallback, {s['unsupported']} unsupported")
-    rw = e["rewrite"]
-    if rw is not None:
-        left = sum(rw["remaining"].values()) if rw.get("remaining") is not None else "?"
-        line += (f"; the rewrite replaced {sum((rw.get('replaced') or {}).values())} node(s), "
-                 f"{'verified' if rw.get('verified') else 'NOT verified'} in onnxruntime, {left} not native left")
-    return line
-
-
 def onnx_operators(options: AcceptOptions, progress: Callable[[str], None] = lambda s: None) -> dict:
     """Section 2's ONNX part: per target (by name) its ONNX target, the scan of the export (nodes native, host
     fallback, unsupported; each op not native with its planned replacement) and, where an op is not native,
@@ -169,9 +155,9 @@ def onnx_operators(options: AcceptOptions, progress: Callable[[str], None] = lam
                     evidence.append(f"op_coverage rewrite {options.onnx} -t {n} -o {_output(options, n, '')} --json")
                 per_name[n] = entry
     per_target = _per_target(found, per_name)
-    return {"verdict": "pass" if per_name and all(map(_runs_natively, per_name.values())) else "info",
+    return {"verdict": PASS if per_name and all(map(_runs_natively, per_name.values())) else INFO,
             "summary": f"ONNX export {Path(options.onnx).name}: "
-                       + "; ".join(_coverage_line(t, e) for t, e in per_target.items()),
+                       + "; ".join(f"{t}: {onnx_line(e)}" for t, e in per_target.items()),
             "targets": per_target, "evidence": evidence}
 
 
@@ -218,8 +204,6 @@ def int8_section(options: AcceptOptions, progress: Callable[[str], None] = lambd
     within the gates, and at least one did -- an ONNX target that runs no INT8 form of the model's ops, or whose
     INT8 model fails onnx.checker or onnxruntime, fails it, as quantize exits non-zero there.  Ungated, the
     figures are reported: ``info``."""
-    from hal_accept.report import int8_line
-
     found = onnx_targets(options)
     gated = options.int8_max_error is not None or options.int8_min_cosine is not None
     per_name: Dict[str, dict] = {}
@@ -234,7 +218,7 @@ def int8_section(options: AcceptOptions, progress: Callable[[str], None] = lambd
     flags = "".join(f" --{flag} {v}" for flag, _, v in limits)
     judged = (f"gates ({', '.join(f'{what} {v}' for _, what, v in limits)}) {'hold' if holds else 'FAIL'}"
               if gated else "not gated (--int8-max-error, --int8-min-cosine)")
-    return {"verdict": ("pass" if holds else "fail") if gated else "info",
+    return {"verdict": (PASS if holds else FAIL) if gated else INFO,
             "summary": (f"INT8 of {Path(options.onnx).name}: "
                         + "; ".join(f"{t}: {int8_line(e)}" for t, e in per_target.items()) + f"; {judged}"),
             "gates": {"max_error": options.int8_max_error, "min_cosine": options.int8_min_cosine,

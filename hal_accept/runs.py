@@ -163,7 +163,7 @@ def hal_run(options: AcceptOptions, target: Target, label: str, host_ops: Sequen
     folder = Path(options.workdir) / label
     folder.mkdir(parents=True, exist_ok=True)
     if checkpoint is None:
-        checkpoint, checkpoint_every = folder / "checkpoints", checkpoint_every or options.steps + 1
+        checkpoint, checkpoint_every = folder / "checkpoints", options.steps + 1
         shutil.rmtree(checkpoint, ignore_errors=True)
     for old in folder.glob("run*.jsonl"):
         old.unlink()

@@ -20,8 +20,8 @@ from typing import Callable, Dict, List, Optional, Tuple
 from hal_accept.numerics import compare
 from hal_accept.options import AcceptOptions, Target
 from hal_accept.runs import Run, hal_run, read_records
+from hal_accept.verdicts import FAIL, NOT_CHECKED, PASS, section
 
-PASS, NOT_CHECKED, FAIL = "pass", "not_checked", "fail"
 
 
 def plan(steps: int) -> Optional[Tuple[int, int]]:
@@ -78,18 +78,21 @@ def rehearse(options: AcceptOptions, target: Target, uninterrupted: Run, every: 
     entry["steps_redone"] = kill_at - resume["step"]
     written = read_records(Path(options.workdir) / label, by_step=False)
     after = [[r for r in rank if r["time_unix"] > resume["time_unix"]] for rank in written]
-    rows, exact = [], True
+    rows, exact, within = [], True, True
     for rank, records in enumerate(after):
         before = _losses_by_step(uninterrupted.records[rank]) if rank < len(uninterrupted.records) else {}
-        for r in records:
-            a, b = r["scalars"].get("loss"), before.get(r["step"])
-            same = a is not None and a == b
+        resumed = [r["scalars"].get("loss") for r in records]
+        cmp = compare([before.get(r["step"]) for r in records], resumed, options.loss_rtol, options.loss_atol,
+                      first_step=resume["step"] + 1)
+        within &= cmp["agree"]
+        for row in cmp["steps"]:
+            same = row["target"] is not None and row["target"] == row["reference"]
             exact &= same
-            rows.append({"rank": rank, "step": r["step"], "resumed": a, "uninterrupted": b,
-                         "abs_diff": abs(a - b) if a is not None and b is not None else None, "bitwise": same})
-    steps_after = sorted({r["step"] for r in after[0]}) if after else []
-    complete = steps_after == list(range(resume["step"] + 1, options.steps + 1))
+            rows.append({"rank": rank, "step": row["step"], "resumed": row["target"],
+                         "uninterrupted": row["reference"], "abs_diff": row["abs_diff"], "bitwise": same})
     ranks0 = after[0] if after else []
+    steps_after = [r["step"] for r in ranks0]
+    complete = steps_after == list(range(resume["step"] + 1, options.steps + 1))
     entry.update(
         steps_after_resume=steps_after, complete=complete, bitwise=exact and complete and bool(rows),
         max_abs_diff=max((row["abs_diff"] for row in rows if row["abs_diff"] is not None), default=None),
@@ -97,33 +100,33 @@ def rehearse(options: AcceptOptions, target: Target, uninterrupted: Run, every: 
         resumed_loss=[r["scalars"].get("loss") for r in ranks0],
         recovery_s=(ranks0[0]["time_unix"] - killed["time_unix"]) if ranks0 else None,
         regained_s=next((r["time_unix"] - killed["time_unix"] for r in ranks0 if r["step"] == kill_at), None),
-        within_tolerance=complete and all(
-            row["abs_diff"] is not None and row["abs_diff"] <= options.loss_rtol * abs(row["uninterrupted"])
-            + options.loss_atol for row in rows))
+        within_tolerance=complete and within)
     entry["ok"] = entry["within_tolerance"]
+    if not entry["ok"]:
+        entry["why"] = (f"the losses after the resume differ from the uninterrupted run's (largest difference "
+                        f"{entry['max_abs_diff']})" if complete else
+                        f"the resumed run recorded steps {steps_after}, not {resume['step'] + 1} to {options.steps}")
     return entry
 
 
-def portability(options: AcceptOptions, target: Target, reference_checkpoints: Path, step: int,
-                reference: Run, uninterrupted: Run) -> dict:
-    """The reference's first checkpoint (else the one of ``step``) resumed on ``target``: its losses from there
-    on against the reference's uninterrupted ones, within the loss tolerance -- judged where the target's own
-    ``uninterrupted`` run agrees with the reference (else section 3 has said so already: the checkpoint
-    must open, and the losses are shown)."""
-    from hal.checkpoint import read_events, scan, step_folder
+def portability(options: AcceptOptions, target: Target, reference_checkpoints: Path, reference: Run,
+                uninterrupted: Run) -> dict:
+    """The reference's first checkpoint (its first save: hal's, or the script's own when it checkpoints itself)
+    resumed on ``target``: its losses from there on against the reference's uninterrupted ones, within the loss
+    tolerance -- judged where the target's own ``uninterrupted`` run agrees with the reference (else section 3
+    has said so already: the checkpoint must open, and the losses are shown)."""
+    from hal.checkpoint import read_events, scan
 
     label = _label("portability", target)
     ckdir = Path(options.workdir) / label / "checkpoints"
     shutil.rmtree(ckdir, ignore_errors=True)
-    complete = sorted(c.step for c in scan(reference_checkpoints) if c.complete)
-    if complete:  # the first save (the script's own interval, when it checkpoints itself)
-        step = complete[0]
-    src = step_folder(reference_checkpoints, step)
-    entry = {"backend": target.name, "checkpoint": str(src), "step": step}
-    if not complete:
-        entry.update(ok=False, why=f"the reference's rehearsal left no complete checkpoint in {reference_checkpoints}")
-        return entry
-    shutil.copytree(src, ckdir / src.name)
+    first = min((c for c in scan(reference_checkpoints) if c.complete), key=lambda c: c.step, default=None)
+    if first is None:
+        return {"backend": target.name, "checkpoint": None, "step": None, "ok": False,
+                "why": f"the reference's rehearsal left no complete checkpoint in {reference_checkpoints}"}
+    step = first.step
+    entry = {"backend": target.name, "checkpoint": str(first.path), "step": step}
+    shutil.copytree(first.path, ckdir / first.path.name)
     run = hal_run(options, target, label, checkpoint=ckdir, checkpoint_every=options.steps + 1)
     resumed = [e for e in read_events(ckdir) if e["event"] == "resume"]
     entry.update(command=" ".join(run.command), env=run.env, exit_code=run.exit_code, log=_checkpoint_lines(run),
@@ -132,11 +135,7 @@ def portability(options: AcceptOptions, target: Target, reference_checkpoints: P
         entry.update(ok=False, why=("the target run failed (exit code %d)" % run.exit_code) if not run.ok else
                      "the target did not resume from the reference's checkpoint", output_tail=run.output_tail)
         return entry
-    cmp = compare(reference.losses()[step:], run.losses(), options.loss_rtol, options.loss_atol)
-    for row in cmp["steps"]:
-        row["step"] += step
-    if cmp["first_divergent_step"] is not None:
-        cmp["first_divergent_step"] += step
+    cmp = compare(reference.losses()[step:], run.losses(), options.loss_rtol, options.loss_atol, first_step=step + 1)
     entry.update(comparison=cmp, ok=cmp["agree"], losses_judged=True)
     if not compare(reference.losses(), uninterrupted.losses(), options.loss_rtol, options.loss_atol)["agree"]:
         entry.update(ok=True, losses_judged=False,
@@ -150,8 +149,8 @@ def stability_section(options: AcceptOptions, runs: Dict[str, Run], progress: Ca
     checkpoint to each target."""
     steps = plan(options.steps)
     if steps is None:
-        return {"verdict": NOT_CHECKED, "summary": f"--steps {options.steps}: a rehearsal needs at least 4 steps "
-                                                   "(a save, a lost step, the failure, a step after the restart)"}
+        return section(NOT_CHECKED, f"--steps {options.steps}: a rehearsal needs at least 4 steps (a save, a lost "
+                                    "step, the failure, a step after the restart)")
     every, kill_at = steps
     rehearsals = {}
     for name, target in [("reference", options.reference), *((t.name, t) for t in options.targets)]:
@@ -167,11 +166,12 @@ def stability_section(options: AcceptOptions, runs: Dict[str, Run], progress: Ca
     ref_ck = Path(options.workdir) / _label("stability", options.reference) / "checkpoints"
     for t in options.targets:
         progress(f"stability: the reference's first checkpoint opened on {t.name}")
-        ported[t.name] = portability(options, t, ref_ck, every, runs["reference"], runs[t.name])
+        ported[t.name] = portability(options, t, ref_ck, runs["reference"], runs[t.name])
     ok = all(e.get("ok") for e in rehearsals.values()) and all(e["ok"] for e in ported.values())
     recov = [e["recovery_s"] for n, e in rehearsals.items() if n != "reference" and e.get("recovery_s") is not None]
     problems = [f"{n}: {e.get('why')}" for n, e in rehearsals.items() if not e.get("ok")]
-    problems += [f"{n}: the reference's checkpoint of step {e['step']}: " + (e.get("why") or (
+    problems += [f"{n}: the reference's checkpoint" + (f" of step {e['step']}" if e["step"] else "") + ": " + (
+        e.get("why") or (
         f"the losses after it differ from the reference's from step {e['comparison']['first_divergent_step']}"))
         for n, e in ported.items() if not e["ok"]]
     summary = (f"killed at step {kill_at}, resumed from step {ref.get('resumed_from_step')}: losses after the resume "
@@ -181,6 +181,6 @@ def stability_section(options: AcceptOptions, runs: Dict[str, Run], progress: Ca
         summary += f"; recovery {max(recov):.1f} s"
     if not strict and ref.get("ok"):
         summary += " (the script does not resume bitwise on the reference either: compared within the loss tolerance)"
-    return {"verdict": PASS if ok else FAIL, "summary": summary, "checkpoint_every": every, "killed_at_step": kill_at,
-            "bitwise_expected": strict, "rehearsals": rehearsals, "portability": ported,
-            "evidence": [e["command"] for e in [*rehearsals.values(), *ported.values()] if e.get("command")]}
+    return section(PASS if ok else FAIL, summary, checkpoint_every=every, killed_at_step=kill_at,
+                   bitwise_expected=strict, rehearsals=rehearsals, portability=ported,
+                   evidence=[e["command"] for e in [*rehearsals.values(), *ported.values()] if e.get("command")])
