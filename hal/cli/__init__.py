@@ -49,13 +49,25 @@ environment:
 """
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _wanted(argv) -> "str | None":
+    """The subcommand ``argv`` names (its first word that is not an option), or None."""
+    return next((a for a in argv if not a.startswith("-")), None)
+
+
+def build_parser(argv=None) -> argparse.ArgumentParser:
+    """The ``hal`` parser.  Given ``argv`` that names one of hal's own commands, only that command's module is
+    imported (every rank and child process of ``hal run`` starts here); otherwise all of them and the
+    commands of packages above hal, for help and for those commands."""
     p = argparse.ArgumentParser(
         prog="hal", description="One PyTorch script across CUDA and domestic accelerators.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     from hal import __version__
     p.add_argument("--version", action="version", version=f"hal {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    wanted = _wanted(argv) if argv is not None else None
+    if wanted in COMMANDS:
+        importlib.import_module(f"hal.cli.{COMMANDS[wanted]}").add_parser(sub)
+        return p
     for name, mod in COMMANDS.items():
         importlib.import_module(f"hal.cli.{mod}").add_parser(sub)
     for ep in _command_entry_points():
@@ -88,7 +100,7 @@ def main(argv=None) -> int:
             raise
         print(f"hal: error: {line}", file=sys.stderr)
         return 3
-    parser = build_parser()
+    parser = build_parser(sys.argv[1:] if argv is None else list(argv))
     args = parser.parse_args(argv)
     if not getattr(args, "run", None):
         parser.print_help()
