@@ -261,6 +261,7 @@ def run(args) -> int:
     if args.child:
         return _run_child(args)
     log = logging.getLogger("hal.redirect")
+    before = (log.level, log.propagate, list(log.handlers))  # given back: hal run may be called in a process
     if _quiet(args):
         log.setLevel(logging.ERROR)
     else:
@@ -269,7 +270,12 @@ def run(args) -> int:
         log.addHandler(handler)
         log.setLevel(logging.INFO)
         log.propagate = False
-    report = _script(args, _options(args))
+    try:
+        report = _script(args, _options(args))
+    finally:
+        log.setLevel(before[0])
+        log.propagate = before[1]
+        log.handlers[:] = before[2]
     err = report.get("error")
     if err is not None:
         sys.stderr.write(err["traceback"])

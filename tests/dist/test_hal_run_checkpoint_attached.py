@@ -2,6 +2,7 @@
 (``HAL_CHECKPOINT_KILL_AT``), restarted by torchrun, and resumed to the uninterrupted run's losses bit
 for bit -- its shuffled batches, dropout masks, momentum and LR schedule included."""
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -89,12 +90,15 @@ def test_a_bad_setting_is_one_line_and_a_script_without_modules_runs_on(capsys, 
     script = tmp_path / "train.py"
     script.write_text("raise SystemExit(0)\n")
     monkeypatch.setenv(ATTACH_DIR_ENV, "")  # restored after the test: hal run sets it for its processes
+    log = logging.getLogger("hal.redirect")
+    before = (log.level, log.propagate, list(log.handlers))
     for name, value in ((ATTACH_EVERY_ENV, "x"), (KILL_AT_ENV, "soon")):
         monkeypatch.setenv(name, value)
         assert main(["run", "--checkpoint", str(tmp_path / "ck"), str(script)]) == 3
         err = capsys.readouterr().err
         assert f"hal run: error: {name}={value!r}: give" in err and "Traceback" not in err
         monkeypatch.delenv(name)
+    assert (log.level, log.propagate, list(log.handlers)) == before  # hal run called in a process leaves no handler
     # the optimizer steps bare tensors: nothing to checkpoint from outside, said once; the script trains on
     bare = tmp_path / "bare.py"
     bare.write_text("import torch\nw = torch.zeros(3, requires_grad=True, device='cuda')\n"
